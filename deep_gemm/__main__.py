@@ -1,0 +1,97 @@
+"""Command line: `python -m deep_gemm compile ...` fills the kernel cache ahead of time (no GPU needed)."""
+import argparse
+import itertools
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import List, Tuple
+
+from .heuristics import GemmProblem, get_config
+from .jit.compiler import SUPPORTED_ARCHS
+
+
+def _read_shapes(path: str) -> List[Tuple[int, int, int]]:
+    shapes = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].replace(",", " ").split()
+            if not line:
+                continue
+            if len(line) != 3:
+                raise SystemExit(f"{path}:{lineno}: expected 'm n k', got {' '.join(line)!r}")
+            shapes.append(tuple(int(v) for v in line))
+    return shapes
+
+
+def _build_one(item):
+    from . import jit
+    from .launchers import sm90_fp8_gemm_1d2d
+    (m, n, k), config, arch = item
+    source = sm90_fp8_gemm_1d2d.kernel_source(n, k, config)
+    start = time.perf_counter()
+    _, cached, _ = jit.build(source, arch)
+    return (m, n, k), config, cached, time.perf_counter() - start
+
+
+def cmd_compile(args) -> int:
+    if args.arch != "sm_90a":
+        print(f"no kernels for {args.arch} yet; supported: sm_90a", file=sys.stderr)
+        return 2
+    shapes = list(itertools.product(args.m or [], args.n or [], args.k or []))
+    for path in args.shapes or []:
+        shapes += _read_shapes(path)
+    if not shapes:
+        print("nothing to compile: give --m/--n/--k lists and/or --shapes FILE", file=sys.stderr)
+        return 2
+    work, seen = [], set()
+    for m, n, k in shapes:
+        if min(m, n, k) <= 0:
+            print(f"skip m={m} n={n} k={k}: empty problems launch no kernel")
+            continue
+        config = get_config(GemmProblem(m, n, k, args.num_sms, args.arch))
+        key = (n, k, config)
+        if key in seen:
+            print(f"m={m} n={n} k={k}: shares the kernel of an earlier shape")
+            continue
+        seen.add(key)
+        work.append(((m, n, k), config, args.arch))
+    start = time.perf_counter()
+    failures = 0
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(_build_one, w) for w in work]
+        for w, fut in zip(work, futures):
+            (m, n, k), config = w[0], w[1]
+            try:
+                _, _, cached, secs = fut.result()
+            except Exception as e:  # report and continue with the others
+                failures += 1
+                print(f"FAILED m={m} n={n} k={k}: {e}", file=sys.stderr)
+                continue
+            print(f"{'cached ' if cached else 'built  '} m={m} n={n} k={k} block={config.block_m}x{config.block_n} "
+                  f"stages={config.num_stages} multicast={config.num_multicast}{'A' if config.multicast_on_a else 'B'} "
+                  f"sms={config.num_sms} in {secs:.2f} s")
+    print(f"{len(work) - failures} kernels ready, {failures} failed, {time.perf_counter() - start:.1f} s total "
+          f"(cache: {os.environ.get('DG_JIT_CACHE_DIR') or '~/.deep_gemm'})")
+    return 1 if failures else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deep_gemm")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compile", help="compile kernels into the cache ahead of time (no GPU needed)")
+    c.add_argument("--arch", default="sm_90a", choices=SUPPORTED_ARCHS)
+    c.add_argument("--num-sms", type=int, default=132, help="SM count of the target GPU (H100/H200 SXM: 132)")
+    c.add_argument("--m", type=int, nargs="*", help="m values (combined with every --n and --k)")
+    c.add_argument("--n", type=int, nargs="*")
+    c.add_argument("--k", type=int, nargs="*")
+    c.add_argument("--shapes", action="append", help="file of 'm n k' lines (# comments allowed)")
+    c.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiler processes")
+    args = parser.parse_args(argv)
+    if args.num_sms <= 0:
+        parser.error("--num-sms must be positive")
+    return cmd_compile(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

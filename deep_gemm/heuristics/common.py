@@ -1,0 +1,67 @@
+"""Arch-neutral problem/config types and wave arithmetic."""
+import enum
+from dataclasses import dataclass
+
+
+def ceil_div(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def align(a: int, b: int) -> int:
+    return ceil_div(a, b) * b
+
+
+class KernelType(enum.Enum):
+    NORMAL = "normal"  # dense D = A B^T
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """What the heuristics see: the shape, the SM budget and the target."""
+    m: int
+    n: int
+    k: int
+    num_sms: int
+    arch: str = "sm_90a"
+    kernel_type: KernelType = KernelType.NORMAL
+
+    def __post_init__(self):
+        for name in ("m", "n", "k"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"GemmProblem.{name} must be positive, got {getattr(self, name)}")
+        if self.num_sms <= 0:
+            raise ValueError(f"GemmProblem.num_sms must be positive, got {self.num_sms}")
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One kernel instantiation plus its launch shape."""
+    block_m: int
+    block_n: int
+    block_k: int
+    num_stages: int
+    num_multicast: int      # CTAs per cluster sharing one TMA load (1 or 2)
+    multicast_on_a: bool    # True: the pair shares the A tile (same M block); False: shares B
+    swizzle_d_bytes: int    # 0, 32, 64 or 128
+    num_sms: int            # persistent grid size
+    smem_size: int
+    num_threads: int
+
+    def __post_init__(self):
+        if self.num_sms % self.num_multicast != 0:
+            raise ValueError("the grid must be a multiple of the cluster size")
+
+
+def num_waves(num_tiles: int, num_sms: int) -> int:
+    return ceil_div(num_tiles, num_sms)
+
+
+def last_wave_util(num_tiles: int, num_sms: int) -> int:
+    """Busy SMs in the last wave."""
+    rem = num_tiles % num_sms
+    return num_sms if rem == 0 else rem
+
+
+def min_sms_for_waves(num_tiles: int, waves: int, multiple: int) -> int:
+    """Fewest SMs (a multiple of `multiple`) that still finish `num_tiles` in `waves` waves."""
+    return align(ceil_div(num_tiles, waves), multiple)

@@ -1,0 +1,107 @@
+"""Hopper (sm_90a) configuration for the FP8 1D2D GEMM: wave-quantisation rule over BLOCK_M x BLOCK_N."""
+import functools
+from typing import Optional, Tuple
+
+from .common import (GemmConfig, GemmProblem, align, ceil_div, last_wave_util, min_sms_for_waves,
+                     num_waves)
+
+SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
+BLOCK_K = 128               # = the scale granularity along K
+MAX_STAGES = 8
+BLOCK_NS = tuple(range(16, 129, 8)) + (144, 160)
+MULTICAST_MIN_M = 512
+
+
+def num_math_threads(block_m: int) -> int:
+    return 128 if block_m == 64 else 256
+
+
+def may_straddle(block_n: int) -> bool:
+    """A tile of this width can span two 128-wide RHS scale blocks."""
+    return 128 % block_n != 0
+
+
+def swizzle_d_bytes(block_n: int) -> int:
+    row_bytes = block_n * 2
+    for s in (128, 64, 32):
+        if row_bytes % s == 0:
+            return s
+    return 0
+
+
+def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int) -> int:
+    """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality)."""
+    num_k_blocks = ceil_div(k, BLOCK_K)
+    d = align(block_m * block_n * 2, 1024)
+    stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
+    sb = align(num_k_blocks * (2 if may_straddle(block_n) else 1) * 4, 8)
+    return d + num_stages * stage + sb + num_stages * 2 * 8
+
+
+def _legal_block(block_m: int, block_n: int) -> bool:
+    # Two 64-row sub-tiles per math warpgroup keep 2 x BLOCK_N / 2 final FP32 accumulators per thread.
+    return not (block_m == 256 and block_n > 128)
+
+
+def _better(cand: Tuple[int, int, int, int], best: Optional[Tuple[int, int, int, int]]) -> bool:
+    """cand/best = (waves, last-wave util, block_m, block_n)."""
+    if best is None:
+        return True
+    waves, util, bm, bn = cand
+    b_waves, b_util, b_bm, b_bn = best
+    if waves != b_waves:
+        return waves < b_waves
+    if util != b_util:
+        return util > b_util
+    # Same waves and same busy SMs: less padding wasted on a shared dimension, else wider N (fewer A re-reads).
+    if bm == b_bm:
+        return bn < b_bn
+    if bn == b_bn:
+        return bm < b_bm
+    return bn > b_bn
+
+
+def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -> Tuple[int, bool]:
+    if problem.m < MULTICAST_MIN_M or num_sms % 2 != 0:
+        return 1, True
+    legal_a = ceil_div(problem.n, block_n) % 2 == 0   # pairs share an M block: N blocks come in pairs
+    legal_b = ceil_div(problem.m, block_m) % 2 == 0   # pairs share an N block: M blocks come in pairs
+    order = ((True, legal_a), (False, legal_b)) if block_m >= block_n else ((False, legal_b), (True, legal_a))
+    for on_a, legal in order:
+        if legal:
+            return 2, on_a
+    return 1, True
+
+
+@functools.lru_cache(maxsize=4096)
+def get_sm90_config(problem: GemmProblem) -> GemmConfig:
+    m, n, k, sms = problem.m, problem.n, problem.k, problem.num_sms
+    block_ms = (64,) if m <= 64 else (64, 128, 256)
+    best = None
+    for bm in block_ms:
+        for bn in BLOCK_NS:
+            if not _legal_block(bm, bn):
+                continue
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            cand = (num_waves(tiles, sms), last_wave_util(tiles, sms), bm, bn)
+            if _better(cand, best):
+                best = cand
+    assert best is not None
+    waves, _, bm, bn = best
+
+    stages = 0
+    for s in range(MAX_STAGES, 0, -1):
+        if sm90_smem_size(k, bm, bn, s) <= SMEM_BUDGET:
+            stages = s
+            break
+    if stages == 0:
+        raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
+
+    num_multicast, on_a = _multicast(problem, bm, bn, sms)
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
+    grid = min(sms, min_sms_for_waves(tiles, waves, num_multicast))
+    if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
+        num_multicast, on_a, grid = 1, True, min(sms, min_sms_for_waves(tiles, waves, 1))
+    return GemmConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, num_stages=stages, num_multicast=num_multicast,
+                      multicast_on_a=on_a, swizzle_d_bytes=swizzle_d_bytes(bn), num_sms=grid,
+                      smem_size=sm90_smem_size(k, bm, bn, stages), num_threads=num_math_threads(bm) + 128)

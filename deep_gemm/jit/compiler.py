@@ -1,0 +1,187 @@
+"""Compilers: NVRTC (default, in-process through cuda-bindings) and nvcc (DG_JIT_USE_NVCC=1)."""
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from .paths import ToolchainError, include_dirs
+
+# NOTES: -DNDEBUG matters for speed: device `assert`s make ptxas serialise WGMMA (warning C7510).
+_COMMON_FLAGS = ("-std=c++17", "-DNDEBUG", "--diag-suppress=39,161,174,177,186,940")
+SUPPORTED_ARCHS = ("sm_90a", "sm_100a", "sm_100f")
+
+
+class CompileError(RuntimeError):
+    """The kernel failed to compile; the message carries the compiler log."""
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    cubin: bytes
+    ptx: Optional[str]
+    log: str
+    seconds: float
+
+
+def check_arch(arch: str) -> str:
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"arch must be one of {SUPPORTED_ARCHS}, got {arch!r}")
+    return arch
+
+
+class Compiler:
+    name = "base"
+
+    def identity(self) -> str:
+        """Name + version; part of the cache key."""
+        raise NotImplementedError
+
+    def flags(self, arch: str, ptxas_verbose: bool = False) -> List[str]:
+        raise NotImplementedError
+
+    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False) -> CompileResult:
+        raise NotImplementedError
+
+
+def _check_nvrtc(result, prog=None, what: str = "NVRTC call") -> None:
+    from cuda.bindings import nvrtc
+    if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        log = _nvrtc_log(prog) if prog is not None else ""
+        raise CompileError(f"{what} failed: {result.name}\n{log}")
+
+
+def _nvrtc_log(prog) -> str:
+    from cuda.bindings import nvrtc
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS or size <= 1:
+        return ""
+    # NOTES: output buffers must be fresh bytearrays (an immutable b" " * n buffer once corrupted CPython's cache).
+    buf = bytearray(size)
+    nvrtc.nvrtcGetProgramLog(prog, buf)
+    return bytes(buf).rstrip(b"\0").decode(errors="replace")
+
+
+class NVRTCCompiler(Compiler):
+    name = "nvrtc"
+
+    @functools.lru_cache(maxsize=None)
+    def identity(self) -> str:
+        try:
+            from cuda.bindings import nvrtc
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise ToolchainError("cuda-bindings is required for NVRTC: `pip install cuda-bindings==13.0.3`") from e
+        err, major, minor = nvrtc.nvrtcVersion()
+        _check_nvrtc(err, what="nvrtcVersion")
+        return f"nvrtc-{major}.{minor}"
+
+    def flags(self, arch: str, ptxas_verbose: bool = False) -> List[str]:
+        flags = [f"--gpu-architecture={check_arch(arch)}", "-default-device", *_COMMON_FLAGS]
+        flags += [f"-I{d}" for d in include_dirs()]
+        if ptxas_verbose:
+            flags.append("--ptxas-options=-v")
+        return flags
+
+    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False) -> CompileResult:
+        from cuda.bindings import nvrtc
+        self.identity()
+        start = time.perf_counter()
+        err, prog = nvrtc.nvrtcCreateProgram(code.encode(), b"deep_gemm_kernel.cu", 0, [], [])
+        _check_nvrtc(err, what="nvrtcCreateProgram")
+        try:
+            opts = [f.encode() for f in self.flags(arch, ptxas_verbose)]
+            (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+            log = _nvrtc_log(prog)
+            if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+                raise CompileError(f"NVRTC failed to compile the kernel ({err.name}):\n{log}")
+            err, size = nvrtc.nvrtcGetCUBINSize(prog)
+            _check_nvrtc(err, prog, "nvrtcGetCUBINSize")
+            cubin = bytearray(size)
+            _check_nvrtc(nvrtc.nvrtcGetCUBIN(prog, cubin)[0], prog, "nvrtcGetCUBIN")
+            ptx = None
+            if want_ptx:
+                err, size = nvrtc.nvrtcGetPTXSize(prog)
+                _check_nvrtc(err, prog, "nvrtcGetPTXSize")
+                buf = bytearray(size)
+                _check_nvrtc(nvrtc.nvrtcGetPTX(prog, buf)[0], prog, "nvrtcGetPTX")
+                ptx = bytes(buf).rstrip(b"\0").decode()
+        finally:
+            nvrtc.nvrtcDestroyProgram(prog)
+        return CompileResult(bytes(cubin), ptx, log, time.perf_counter() - start)
+
+
+def find_nvcc(explicit: str = "") -> str:
+    candidates = [explicit] if explicit else []
+    if os.environ.get("CUDA_HOME"):
+        candidates.append(os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"))
+    candidates.append("/usr/local/cuda/bin/nvcc")
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(on_path)
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    if explicit:
+        raise ToolchainError(f"DG_JIT_NVCC_PATH={explicit!r} is not an executable file")
+    raise ToolchainError("nvcc not found (DG_JIT_USE_NVCC=1): set DG_JIT_NVCC_PATH or CUDA_HOME")
+
+
+class NVCCCompiler(Compiler):
+    name = "nvcc"
+
+    def __init__(self, path: str = ""):
+        self.path = find_nvcc(path)
+
+    @functools.lru_cache(maxsize=None)
+    def identity(self) -> str:
+        out = subprocess.run([self.path, "--version"], capture_output=True, text=True, check=True).stdout
+        return "nvcc-" + out.strip().splitlines()[-1].strip()
+
+    def flags(self, arch: str, ptxas_verbose: bool = False) -> List[str]:
+        arch = check_arch(arch)
+        # NOTES: the -gencode form; `-arch=sm_90a` also ran a plain sm_90 pass on some nvcc versions.
+        flags = [f"-gencode=arch=compute_{arch[3:]},code={arch}", "-O3", "--expt-relaxed-constexpr",
+                 *_COMMON_FLAGS]
+        flags += [f"-I{d}" for d in include_dirs()]
+        if ptxas_verbose:
+            flags.append("-Xptxas=-v")
+        return flags
+
+    def _run(self, args: List[str]) -> Tuple[str, int]:
+        proc = subprocess.run(args, capture_output=True, text=True)
+        return proc.stdout + proc.stderr, proc.returncode
+
+    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False) -> CompileResult:
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="deep_gemm_nvcc_") as tmp:
+            src = os.path.join(tmp, "kernel.cu")
+            with open(src, "w") as f:
+                f.write(code)
+            out = os.path.join(tmp, "kernel.cubin")
+            flags = self.flags(arch, ptxas_verbose)
+            log, rc = self._run([self.path, "-cubin", src, "-o", out, *flags])
+            if rc != 0:
+                raise CompileError(f"nvcc failed (exit {rc}): {' '.join([self.path, '-cubin', src, *flags])}\n{log}")
+            with open(out, "rb") as f:
+                cubin = f.read()
+            ptx = None
+            if want_ptx:
+                ptx_path = os.path.join(tmp, "kernel.ptx")
+                log2, rc = self._run([self.path, "-ptx", src, "-o", ptx_path, *flags])
+                if rc != 0:
+                    raise CompileError(f"nvcc -ptx failed (exit {rc}):\n{log2}")
+                with open(ptx_path) as f:
+                    ptx = f.read()
+        return CompileResult(cubin, ptx, log, time.perf_counter() - start)
+
+
+def get_compiler(use_nvcc: bool, nvcc_path: str = "") -> Compiler:
+    return NVCCCompiler(nvcc_path) if use_nvcc else _nvrtc()
+
+
+@functools.lru_cache(maxsize=None)
+def _nvrtc() -> NVRTCCompiler:
+    return NVRTCCompiler()

@@ -1,0 +1,81 @@
+"""Loading cubins and launching kernels through the CUDA driver API (cuda-bindings)."""
+import ctypes
+import threading
+from typing import Dict, Sequence, Tuple
+
+
+class CUDADriverError(RuntimeError):
+    pass
+
+
+def _driver():
+    from cuda.bindings import driver
+    return driver
+
+
+def check(result):
+    """Unpack a cuda-bindings result tuple, raising on a non-success status."""
+    cu = _driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _, msg = cu.cuGetErrorString(err)
+        raise CUDADriverError(f"{err.name}: {msg.decode() if isinstance(msg, bytes) else msg}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class LoadedKernel:
+    """One cubin holding exactly one kernel, loaded context-independently; CUfunction handles per device."""
+
+    def __init__(self, cubin: bytes, num_threads: int, smem_size: int):
+        cu = _driver()
+        self.num_threads = num_threads
+        self.smem_size = smem_size
+        self.library = check(cu.cuLibraryLoadData(cubin, None, None, 0, None, None, 0))
+        count = check(cu.cuLibraryGetKernelCount(self.library))
+        if count != 1:
+            raise CUDADriverError(f"expected exactly one kernel in the cubin, found {count}")
+        self.kernel = check(cu.cuLibraryEnumerateKernels(1, self.library))[0]
+        self._functions: Dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def function(self, device_index: int):
+        """CUfunction for the current context (the device's primary context, made current by the caller)."""
+        f = self._functions.get(device_index)
+        if f is None:
+            cu = _driver()
+            with self._lock:
+                f = check(cu.cuKernelGetFunction(self.kernel))
+                check(cu.cuFuncSetAttribute(
+                    f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem_size))
+                self._functions[device_index] = f
+        return f
+
+    def launch(self, device_index: int, grid: int, cluster: int, stream: int, args: Tuple[Sequence, Sequence]):
+        cu = _driver()
+        config = cu.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.num_threads, 1, 1
+        config.sharedMemBytes = self.smem_size
+        config.hStream = stream
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
+        config.attrs = [attr]
+        config.numAttrs = 1
+        check(cu.cuLaunchKernelEx(config, self.function(device_index), args, 0))
+
+
+def ensure_context(device_index: int) -> None:
+    """Make the device's primary context current on this thread if nothing is current (torch normally did)."""
+    cu = _driver()
+    ctx = check(cu.cuCtxGetCurrent())
+    if ctx is None or int(ctx) == 0:
+        dev = check(cu.cuDeviceGet(device_index))
+        check(cu.cuCtxSetCurrent(check(cu.cuDevicePrimaryCtxRetain(dev))))
+
+
+# ctypes types for scalar kernel arguments
+U32 = ctypes.c_uint32
+PTR = ctypes.c_void_p

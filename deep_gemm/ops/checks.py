@@ -1,0 +1,71 @@
+"""Input validation shared by the public GEMMs: every failure names the argument and what was expected."""
+from typing import Sequence, Tuple
+
+import torch
+
+
+def unpack_pair(value, name: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"{name} must be a (tensor, scales) pair, got {type(value).__name__}"
+                        + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""))
+    return value[0], value[1]
+
+
+def check_tensor(t, name: str, dtype: torch.dtype, dim: int) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+    if t.dim() != dim:
+        raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}")
+    return t
+
+
+def check_shape(t: torch.Tensor, name: str, expected: Sequence[int], what: str = "") -> None:
+    if tuple(t.shape) != tuple(expected):
+        raise ValueError(f"{name} must have shape {tuple(expected)}{' (' + what + ')' if what else ''}, "
+                         f"got {tuple(t.shape)}")
+
+
+def check_same_cuda_device(tensors: Sequence[Tuple[str, torch.Tensor]]) -> torch.device:
+    first_name, first = tensors[0]
+    if first.device.type != "cuda":
+        raise ValueError(f"{first_name} must be a CUDA tensor, got device {first.device}")
+    for name, t in tensors[1:]:
+        if t.device != first.device:
+            raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device}; "
+                             f"all tensors must be on one CUDA device")
+    return first.device
+
+
+def check_tma_matrix(t: torch.Tensor, name: str) -> None:
+    """Row-major 2-D operand for TMA: unit inner stride, 16-byte aligned row stride and base address."""
+    rows, cols = t.shape
+    if cols > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must have a contiguous inner dimension (stride(1) == 1), got strides {t.stride()}")
+    es = t.element_size()
+    if rows > 1 and (t.stride(0) * es) % 16 != 0:
+        raise ValueError(f"{name}'s row stride is {t.stride(0)} elements = {t.stride(0) * es} bytes; TMA needs a "
+                         f"multiple of 16 bytes (e.g. allocate rows padded to {16 // es} elements and pass a view)")
+    if rows > 1 and t.stride(0) < cols:
+        raise ValueError(f"{name} has overlapping rows (stride(0)={t.stride(0)} < {cols} columns)")
+    if t.data_ptr() % 16 != 0:
+        raise ValueError(f"{name}'s data pointer must be 16-byte aligned, got offset {t.data_ptr() % 16}")
+
+
+def _span(t: torch.Tensor) -> Tuple[int, int]:
+    if t.numel() == 0:
+        return (0, 0)
+    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    start = t.data_ptr()
+    return start, start + (last + 1) * t.element_size()
+
+
+def check_no_overlap(out: torch.Tensor, out_name: str, inputs: Sequence[Tuple[str, torch.Tensor]]) -> None:
+    o0, o1 = _span(out)
+    if o0 == o1:
+        return
+    for name, t in inputs:
+        i0, i1 = _span(t)
+        if i0 < o1 and o0 < i1:
+            raise ValueError(f"{out_name} overlaps the memory of {name}; the output must not alias an input")

@@ -1,0 +1,56 @@
+"""Dense FP8 GEMM (DeepGEMM-compatible): out = dequant(A) @ dequant(B)^T in BF16."""
+from typing import Tuple
+
+import torch
+
+from ..heuristics.common import ceil_div
+from ..launchers import sm90_fp8_gemm_1d2d
+from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms
+from . import checks
+
+
+def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torch.Tensor, torch.Tensor],
+                         out: torch.Tensor) -> None:
+    """out[m, n] = (A * SA) @ (B * SB)^T.
+
+    lhs = (A [m, k] float8_e4m3fn, SA [m, ceil(k/128)] float32, one scale per 1x128 group of a row);
+    rhs = (B [n, k] float8_e4m3fn, SB [ceil(n/128), ceil(k/128)] float32, one scale per 128x128 block);
+    out [m, n] bfloat16. Scales multiply (x ~= x_fp8 * scale). SA may be row-major; it is converted to the
+    MN-major TMA-aligned layout (no copy when it already is, see `get_col_major_tma_aligned_tensor`).
+    Runs on the current stream of the tensors' device; m = 0 or n = 0 returns at once; k = 0 writes zeros.
+    """
+    a, sa = checks.unpack_pair(lhs, "lhs")
+    b, sb = checks.unpack_pair(rhs, "rhs")
+    checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
+    checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 2)
+    checks.check_tensor(b, "rhs[0] (B)", torch.float8_e4m3fn, 2)
+    checks.check_tensor(sb, "rhs[1] (SB)", torch.float32, 2)
+    checks.check_tensor(out, "out", torch.bfloat16, 2)
+    m, k = a.shape
+    n, k_b = b.shape
+    if k_b != k:
+        raise ValueError(f"rhs[0] (B) must have shape (n, {k}) to match A's k={k}, got {tuple(b.shape)}")
+    checks.check_shape(out, "out", (m, n), "m x n")
+    kb = ceil_div(k, 128)
+    checks.check_shape(sa, "lhs[1] (SA)", (m, kb), "m x ceil(k/128)")
+    checks.check_shape(sb, "rhs[1] (SB)", (ceil_div(n, 128), kb), "ceil(n/128) x ceil(k/128)")
+    device = checks.check_same_cuda_device([("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
+                                            ("rhs[1] (SB)", sb), ("out", out)])
+    if m == 0 or n == 0:
+        return
+    checks.check_tma_matrix(out, "out")
+    checks.check_no_overlap(out, "out", [("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
+                                         ("rhs[1] (SB)", sb)])
+    if k == 0:
+        out.zero_()
+        return
+    checks.check_tma_matrix(a, "lhs[0] (A)")
+    checks.check_tma_matrix(b, "rhs[0] (B)")
+    arch = get_device_arch(device.index)
+    if arch != "sm_90a":
+        raise NotImplementedError(f"gemm_fp8_fp8_bf16_nt has no kernel for {arch} yet (device {device})")
+    sa = get_col_major_tma_aligned_tensor(sa)
+    if not sb.is_contiguous():
+        sb = sb.contiguous()
+    with torch.cuda.device(device):
+        sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, out, get_num_sms(device.index), arch)

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cute/arch/copy_sm90.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include <deep_gemm/common/utils.cuh>
+
+namespace deep_gemm::sm90 {
+
+// BF16 epilogue: FP32 accumulators -> BF16 -> stmatrix into a swizzled shared-memory D tile -> TMA store.
+//
+// Shared-memory D tile for kSwizzleBytes = S > 0: BLOCK_N * 2 / S column "atoms", each [BLOCK_M rows][S bytes],
+// with the 16-byte chunks of every row XOR-swizzled exactly as TMA's S-byte swizzle mode expects; one TMA store
+// per atom (box S / 2 x BLOCK_M). For S = 0 the tile is plain row-major [BLOCK_M][BLOCK_N] (one store).
+// Accumulator layout (WGMMA m64nN, per warp 16 rows): chunk c of 8 columns holds acc[4c + 0, 1] = row lane / 4,
+// columns 8c + 2 (lane % 4) + {0, 1}, and acc[4c + 2, 3] = the same columns of row lane / 4 + 8.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kSwizzleBytes>
+struct BF16Epilogue {
+    DG_STATIC_ASSERT(BLOCK_N % 8 == 0, "BLOCK_N must be a multiple of 8");
+    DG_STATIC_ASSERT(kSwizzleBytes == 0 or (BLOCK_N * 2) % kSwizzleBytes == 0,
+                     "the D swizzle width must divide one BF16 row of the tile");
+    DG_STATIC_ASSERT(kSwizzleBytes == 0 or kSwizzleBytes == 32 or kSwizzleBytes == 64 or kSwizzleBytes == 128,
+                     "D swizzle must be 0, 32, 64 or 128 bytes");
+    static constexpr uint32_t kRowBytes = kSwizzleBytes == 0 ? BLOCK_N * 2 : kSwizzleBytes;
+    static constexpr uint32_t kNumAtoms = BLOCK_N * 2 / kRowBytes;
+    static constexpr uint32_t kAtomBytes = BLOCK_M * kRowBytes;
+    static constexpr uint32_t kSmemBytes = BLOCK_M * BLOCK_N * 2;
+
+    // Byte offset of the 16-byte chunk `chunk` (8 columns) of tile row `row`.
+    __device__ __forceinline__ static uint32_t chunk_offset(uint32_t row, uint32_t chunk) {
+        const uint32_t col_bytes = chunk * 16;
+        const uint32_t atom = col_bytes / kRowBytes;
+        uint32_t offset = row * kRowBytes + col_bytes % kRowBytes;
+        if constexpr (kSwizzleBytes > 0)
+            offset ^= ((offset >> 7) & (kSwizzleBytes / 16 - 1)) << 4;
+        return atom * kAtomBytes + offset;
+    }
+
+    // Write one warp's 16 x BLOCK_N slice of a 64-row WGMMA accumulator; `row0` = the warp's first tile row.
+    __device__ __forceinline__ static void write_warp(uint8_t* smem_d, const float* acc, uint32_t row0,
+                                                      uint32_t lane) {
+        constexpr uint32_t kNumChunks = BLOCK_N / 8;
+        const uint32_t row = row0 + lane % 16;
+        #pragma unroll
+        for (uint32_t c = 0; c + 1 < kNumChunks; c += 2) {
+            // Lanes 0-15 address chunk c, lanes 16-31 chunk c + 1.
+            auto* dst = reinterpret_cast<cute::uint128_t*>(smem_d + chunk_offset(row, c + lane / 16));
+            cute::SM90_U32x4_STSM_N::copy(pack_bf16x2(acc[c * 4 + 0], acc[c * 4 + 1]),
+                                          pack_bf16x2(acc[c * 4 + 2], acc[c * 4 + 3]),
+                                          pack_bf16x2(acc[c * 4 + 4], acc[c * 4 + 5]),
+                                          pack_bf16x2(acc[c * 4 + 6], acc[c * 4 + 7]), *dst);
+        }
+        if constexpr (kNumChunks % 2 == 1) {
+            constexpr uint32_t c = kNumChunks - 1;
+            auto* dst = reinterpret_cast<cute::uint128_t*>(smem_d + chunk_offset(row, c));
+            cute::SM90_U32x2_STSM_N::copy(pack_bf16x2(acc[c * 4 + 0], acc[c * 4 + 1]),
+                                          pack_bf16x2(acc[c * 4 + 2], acc[c * 4 + 3]), *dst);
+        }
+    }
+
+    // Issue the TMA stores of a finished tile (one thread). Caller fenced and synchronised the writers.
+    __device__ __forceinline__ static void store(const void* tensor_map_d, const uint8_t* smem_d,
+                                                 uint32_t m_start, uint32_t n_start) {
+        #pragma unroll
+        for (uint32_t atom = 0; atom < kNumAtoms; ++atom) {
+            cute::SM90_TMA_STORE_2D::copy(tensor_map_d, smem_d + atom * kAtomBytes,
+                                          static_cast<int32_t>(n_start + atom * kRowBytes / 2),
+                                          static_cast<int32_t>(m_start));
+        }
+        cute::tma_store_arrive();
+    }
+};
+
+}  // namespace deep_gemm::sm90

@@ -1,0 +1,39 @@
+"""deep_gemm: pure-Python package + CUDA headers compiled at run time (no build step for the kernels)."""
+import os
+import shutil
+
+from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildPyWithHeaders(build_py):
+    """Ship include/deep_gemm inside the package (deep_gemm/include/deep_gemm) so that `pip install .` works."""
+
+    def run(self):
+        super().run()
+        src = os.path.join(ROOT, "include", "deep_gemm")
+        dst = os.path.join(self.build_lib, "deep_gemm", "include", "deep_gemm")
+        if os.path.isdir(dst):
+            shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+
+
+setup(
+    name="deep_gemm",
+    version="0.1.0",
+    description="JIT-compiled FP8 GEMM kernels for NVIDIA Hopper, DeepGEMM-compatible API",
+    packages=find_packages(include=["deep_gemm", "deep_gemm.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "torch>=2.4",
+        # NOTES: CUDA 13.0.x pins are upper bounds on purpose: CCCL 13.2+ breaks CuTe (CUTLASS 4.2) under NVRTC.
+        "cuda-bindings>=13.0.3,<13.4",
+        "cuda-toolkit[nvrtc,cudart,cccl,crt]>=13.0.3,<13.1",
+        "nvidia-cutlass==4.2.0.0",
+    ],
+    extras_require={"test": ["pytest>=7", "numpy"]},
+    cmdclass={"build_py": BuildPyWithHeaders},
+    zip_safe=False,
+)

@@ -1,0 +1,22 @@
+import os
+import tempfile
+
+import pytest
+import torch
+
+# Keep test runs from touching the user's ~/.deep_gemm: one cache per session unless the caller chose one.
+if not os.environ.get("DG_JIT_CACHE_DIR"):
+    os.environ["DG_JIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="deep_gemm_test_cache_")
+
+
+def has_sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_sm90():
+        return
+    skip = pytest.mark.skip(reason="needs an sm_90 (Hopper) CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,169 @@
+"""GPU correctness of gemm_fp8_fp8_bf16_nt on Hopper (skipped without an sm_90 device)."""
+import random
+
+import pytest
+import torch
+
+import deep_gemm
+from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
+
+pytestmark = pytest.mark.gpu
+
+DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048), (7168, 576)]
+POISON = -1  # int16 pattern 0xFFFF = a BF16 NaN
+
+
+def _padded_fp8(x: torch.Tensor, pad_to: int = 16) -> torch.Tensor:
+    """Copy an [r, c] FP8 tensor into storage whose row stride is a multiple of `pad_to` elements (a view)."""
+    r, c = x.shape
+    stride = (c + pad_to - 1) // pad_to * pad_to
+    if stride == c:
+        return x
+    store = torch.empty((r, stride), dtype=x.dtype, device=x.device)
+    store[:, :c] = x
+    return store[:, :c]
+
+
+def make_inputs(m: int, n: int, k: int, seed: int):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn((m, k), device="cuda", generator=g, dtype=torch.float32).to(torch.bfloat16)
+    b = torch.randn((n, k), device="cuda", generator=g, dtype=torch.float32).to(torch.bfloat16)
+    a_fp8, sa = deep_gemm.per_token_cast_to_fp8(a)
+    b_fp8, sb = deep_gemm.per_block_cast_to_fp8(b)
+    ref = dequant_per_token(a_fp8, sa) @ dequant_per_block(b_fp8, sb).t()
+    ref_bf16 = a.float() @ b.float().t()
+    return (_padded_fp8(a_fp8), sa), (_padded_fp8(b_fp8), sb), ref, ref_bf16
+
+
+class GuardedOut:
+    """An [m, n] BF16 output view inside a poisoned buffer with guard rows/columns on every side."""
+
+    def __init__(self, m: int, n: int, guard: int = 8):
+        self.stride = (n + 2 * guard + 7) // 8 * 8
+        self.buf = torch.full((m + 2, self.stride), POISON, dtype=torch.int16, device="cuda")
+        self.m, self.n, self.guard = m, n, guard
+        self.out = self.buf.view(torch.bfloat16)[1:m + 1, guard:guard + n]
+
+    def check(self) -> None:
+        inner = torch.zeros_like(self.buf, dtype=torch.bool)
+        inner[1:self.m + 1, self.guard:self.guard + self.n] = True
+        outside = self.buf[~inner]
+        assert bool((outside == POISON).all()), "kernel wrote outside the output (guard band changed)"
+        assert bool(torch.isfinite(self.out.float()).all()), "output has NaN/Inf (unwritten or overflowed)"
+
+
+def run_and_check(m: int, n: int, k: int, seed: int, stream=None):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    lhs, rhs, ref, ref_bf16 = make_inputs(m, n, k, seed)
+    g = GuardedOut(m, n)
+    deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, g.out)
+    torch.cuda.synchronize()
+    g.check()
+    diff = calc_diff(g.out, ref)
+    assert diff < 1e-5, f"m={m} n={n} k={k}: calc_diff vs dequantised FP32 = {diff:.3g}"
+    diff_bf16 = calc_diff(g.out, ref_bf16)
+    assert diff_bf16 < 1e-3, f"m={m} n={n} k={k}: calc_diff vs BF16 = {diff_bf16:.3g}"
+    first = g.out.clone()
+    deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, g.out)
+    torch.cuda.synchronize()
+    assert torch.equal(first.view(torch.int16), g.out.view(torch.int16)), "rerun is not bitwise identical"
+    return diff
+
+
+@pytest.mark.parametrize("n,k", DEEPSEEK_NK)
+@pytest.mark.parametrize("m", [1, 64, 128, 4096])
+def test_deepseek_shapes(m, n, k):
+    run_and_check(m, n, k, seed=m * 7 + n + k)
+
+
+def _random_shapes(count: int, seed: int):
+    rng = random.Random(seed)
+    shapes = []
+    for _ in range(count):
+        m = int(round(2 ** rng.uniform(0, 13)))
+        n = rng.choice([rng.randint(1, 512), rng.randint(1, 8192), 8 * rng.randint(1, 1024)])
+        k = rng.choice([rng.randint(1, 600), 16 * rng.randint(1, 512), 128 * rng.randint(1, 40)])
+        shapes.append((max(1, min(m, 8192)), n, k))
+    return shapes
+
+
+@pytest.mark.parametrize("m,n,k", _random_shapes(56, seed=2026))
+def test_random_shapes(m, n, k):
+    run_and_check(m, n, k, seed=m + 31 * n + 17 * k)
+
+
+RAGGED = [(1, 1, 1), (1, 7, 100), (3, 129, 129), (65, 255, 576), (129, 136, 640), (257, 4095, 1000),
+          (1000, 2111, 7168), (8191, 161, 130)]
+
+
+@pytest.mark.parametrize("m,n,k", RAGGED)
+def test_ragged_edges(m, n, k):
+    run_and_check(m, n, k, seed=1)
+
+
+def test_fresh_inputs_each_run():
+    seed = random.SystemRandom().randrange(1 << 30)
+    run_and_check(333, 2112, 7168, seed=seed)
+
+
+def test_non_default_stream():
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        lhs, rhs, ref, _ = make_inputs(512, 1024, 1024, seed=5)
+        out = torch.empty((512, 1024), dtype=torch.bfloat16, device="cuda")
+        deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+    s.synchronize()
+    assert calc_diff(out, ref) < 1e-5
+
+
+def test_set_num_sms():
+    total = deep_gemm.get_num_sms()
+    try:
+        deep_gemm.set_num_sms(64)
+        assert deep_gemm.get_num_sms() == 64
+        from deep_gemm.heuristics import GemmProblem, get_config
+        assert get_config(GemmProblem(4096, 7168, 2048, deep_gemm.get_num_sms())).num_sms <= 64
+        run_and_check(4096, 7168, 2048, seed=9)
+        run_and_check(100, 2112, 576, seed=10)
+    finally:
+        deep_gemm.set_num_sms(total)
+
+
+def test_row_major_and_col_major_sa_agree():
+    lhs, rhs, ref, _ = make_inputs(300, 512, 768, seed=3)
+    a, sa = lhs
+    sa_col = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+    assert sa_col.stride(0) == 1
+    assert deep_gemm.get_col_major_tma_aligned_tensor(sa_col) is sa_col
+    out1 = torch.empty((300, 512), dtype=torch.bfloat16, device="cuda")
+    out2 = torch.empty_like(out1)
+    deep_gemm.gemm_fp8_fp8_bf16_nt((a, sa), rhs, out1)
+    deep_gemm.gemm_fp8_fp8_bf16_nt((a, sa_col), rhs, out2)
+    assert torch.equal(out1, out2)
+    assert calc_diff(out1, ref) < 1e-5
+
+
+def test_empty_m_and_zero_k():
+    b = torch.zeros((256, 128), dtype=torch.float8_e4m3fn, device="cuda")
+    sb = torch.ones((2, 1), device="cuda")
+    out = torch.empty((0, 256), dtype=torch.bfloat16, device="cuda")
+    deep_gemm.gemm_fp8_fp8_bf16_nt((torch.empty((0, 128), dtype=torch.float8_e4m3fn, device="cuda"),
+                                    torch.empty((0, 1), device="cuda")), (b, sb), out)
+    out = torch.full((4, 256), 7.0, dtype=torch.bfloat16, device="cuda")
+    deep_gemm.gemm_fp8_fp8_bf16_nt((torch.empty((4, 0), dtype=torch.float8_e4m3fn, device="cuda"),
+                                    torch.empty((4, 0), device="cuda")),
+                                   (torch.empty((256, 0), dtype=torch.float8_e4m3fn, device="cuda"),
+                                    torch.empty((2, 0), device="cuda")), out)
+    assert bool((out == 0).all())
+
+
+def test_new_m_reuses_kernels():
+    """Different m with the same (n, k) and the same config share one compiled kernel."""
+    from deep_gemm import jit
+    run_and_check(4096, 4096, 7168, seed=11)
+    before = len(jit._loaded)
+    run_and_check(4000, 4096, 7168, seed=12)
+    run_and_check(3900, 4096, 7168, seed=13)
+    from deep_gemm.heuristics import GemmProblem, get_config
+    configs = {get_config(GemmProblem(m, 4096, 7168, deep_gemm.get_num_sms())) for m in (4096, 4000, 3900)}
+    assert len(jit._loaded) - before <= len(configs) - 1
