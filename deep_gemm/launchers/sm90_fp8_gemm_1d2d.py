@@ -8,6 +8,7 @@ import torch
 from .. import jit
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, get_config
+from ..utils import get_tma_aligned_size
 from ..jit.runtime import PTR, U32, LoadedKernel, ensure_context
 from .tma import make_2d_tma, tma_row_stride
 
@@ -57,7 +58,8 @@ def launch(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
     cfg = plan.config
     map_a = make_2d_tma(a.data_ptr(), 1, k, m, tma_row_stride(a), 128, cfg.block_m, 128)
     map_b = make_2d_tma(b.data_ptr(), 1, k, n, tma_row_stride(b), 128, cfg.block_n, 128)
-    map_sa = make_2d_tma(sa.data_ptr(), 4, m, sa.shape[1], sa.stride(1), cfg.block_m, 1, 0, False)
+    sa_stride = sa.stride(1) if sa.shape[1] > 1 else get_tma_aligned_size(m, 4)
+    map_sa = make_2d_tma(sa.data_ptr(), 4, m, sa.shape[1], sa_stride, cfg.block_m, 1, 0, False)
     d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
     map_d = make_2d_tma(out.data_ptr(), 2, n, m, tma_row_stride(out), d_box, cfg.block_m, cfg.swizzle_d_bytes)
     stream = torch.cuda.current_stream(a.device).cuda_stream

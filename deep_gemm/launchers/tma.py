@@ -21,7 +21,9 @@ def make_2d_tma(ptr: int, element_size: int, inner: int, outer: int, outer_strid
     promo = (cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B if l2_promotion_256
              else cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE)
     return check(cu.cuTensorMapEncodeTiled(
-        dtype, 2, ptr, [inner, outer], [outer_stride_elems * element_size], [box_inner, box_outer], [1, 1],
+        dtype, 2, ptr, [cu.cuuint64_t(inner), cu.cuuint64_t(outer)],
+        [cu.cuuint64_t(outer_stride_elems * element_size)], [cu.cuuint32_t(box_inner), cu.cuuint32_t(box_outer)],
+        [cu.cuuint32_t(1), cu.cuuint32_t(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promo,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
 

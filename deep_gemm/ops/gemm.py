@@ -3,7 +3,7 @@ from typing import Tuple
 
 import torch
 
-from ..heuristics.common import ceil_div
+from ..heuristics.common import align, ceil_div
 from ..launchers import sm90_fp8_gemm_1d2d
 from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms
 from . import checks
@@ -18,6 +18,8 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
     out [m, n] bfloat16. Scales multiply (x ~= x_fp8 * scale). SA may be row-major; it is converted to the
     MN-major TMA-aligned layout (no copy when it already is, see `get_col_major_tma_aligned_tensor`).
     Runs on the current stream of the tensors' device; m = 0 or n = 0 returns at once; k = 0 writes zeros.
+    A, B and out need 16-byte aligned row strides (TMA); when n % 8 != 0 the result goes through an aligned
+    temporary and one extra copy, because TMA stores write whole 16-byte chunks.
     """
     a, sa = checks.unpack_pair(lhs, "lhs")
     b, sb = checks.unpack_pair(rhs, "rhs")
@@ -38,7 +40,14 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
                                             ("rhs[1] (SB)", sb), ("out", out)])
     if m == 0 or n == 0:
         return
-    checks.check_tma_matrix(out, "out")
+    # NOTES: a TMA store writes whole 16-byte chunks of a row: with n % 8 != 0 the last chunk would spill into
+    # whatever follows the row (measured on the H200), so such outputs go through an aligned temporary.
+    ragged_n = n % 8 != 0
+    if ragged_n:
+        if n > 1 and out.stride(1) != 1:
+            raise ValueError(f"out must have a contiguous inner dimension (stride(1) == 1), got strides {out.stride()}")
+    else:
+        checks.check_tma_matrix(out, "out")
     checks.check_no_overlap(out, "out", [("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
                                          ("rhs[1] (SB)", sb)])
     if k == 0:
@@ -53,4 +62,7 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
     if not sb.is_contiguous():
         sb = sb.contiguous()
     with torch.cuda.device(device):
-        sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, out, get_num_sms(device.index), arch)
+        target = torch.empty((m, align(n, 8)), dtype=out.dtype, device=device) if ragged_n else out
+        sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, target, get_num_sms(device.index), arch)
+        if ragged_n:
+            out.copy_(target[:, :n])
