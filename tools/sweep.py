@@ -1,0 +1,85 @@
+"""Time alternative kernel configurations for given shapes (tuning aid; run on the GPU machine).
+
+python tools/sweep.py 4096x7168x2048 ... [--bm 128 256] [--bn 112 128 144 160]
+Every candidate is compiled in parallel first, then timed with the bench method (kineto, L2 flush).
+"""
+import argparse
+import dataclasses
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+
+import deep_gemm
+from deep_gemm import jit
+from deep_gemm.heuristics import GemmProblem, get_config
+from deep_gemm.heuristics.common import ceil_div, min_sms_for_waves, num_waves
+from deep_gemm.heuristics.sm90 import SMEM_BUDGET, num_math_threads, sm90_smem_size, swizzle_d_bytes
+from deep_gemm.launchers import sm90_fp8_gemm_1d2d
+from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequant_per_token
+
+
+def candidates(m, n, k, bms, bns, sms):
+    out = []
+    for bm in bms:
+        for bn in bns:
+            if bm == 256 and bn > 128:
+                continue
+            stages = max(s for s in range(1, 9) if sm90_smem_size(k, bm, bn, s) <= SMEM_BUDGET)
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            for mc, on_a in ((1, True), (2, True), (2, False)):
+                if mc == 2 and on_a and ceil_div(n, bn) % 2:
+                    continue
+                if mc == 2 and not on_a and ceil_div(m, bm) % 2:
+                    continue
+                grid = min(sms, min_sms_for_waves(tiles, num_waves(tiles, sms), mc))
+                out.append(deep_gemm.heuristics.GemmConfig(
+                    bm, bn, 128, stages, mc, on_a, swizzle_d_bytes(bn), grid, sm90_smem_size(k, bm, bn, stages),
+                    num_math_threads(bm) + 128))
+    return out
+
+
+def _build(item):
+    n, k, cfg = item
+    jit.build(sm90_fp8_gemm_1d2d.kernel_source(n, k, cfg), "sm_90a")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("shapes", nargs="+")
+    p.add_argument("--bm", type=int, nargs="*", default=[128, 256])
+    p.add_argument("--bn", type=int, nargs="*", default=[96, 112, 128, 144, 160])
+    p.add_argument("--num-tests", type=int, default=15)
+    args = p.parse_args()
+    sms = deep_gemm.get_num_sms()
+    work = []
+    for s in args.shapes:
+        m, n, k = (int(v) for v in s.split("x"))
+        for cfg in candidates(m, n, k, args.bm, args.bn, sms):
+            work.append((m, n, k, cfg))
+    with ProcessPoolExecutor(16) as pool:
+        list(pool.map(_build, [(n, k, c) for _, n, k, c in work]))
+    current = None
+    for m, n, k, cfg in work:
+        if (m, n, k) != current:
+            current = (m, n, k)
+            a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda"))
+            b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((n, k), device="cuda"))
+            sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+            out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+            ref = dequant_per_token(a8, sa) @ dequant_per_block(b8, sb).t()
+            default = get_config(GemmProblem(m, n, k, sms))
+            print(f"== {m}x{n}x{k} default: {default.block_m}x{default.block_n} mc{default.num_multicast}"
+                  f"{'A' if default.multicast_on_a else 'B'} stages {default.num_stages}", flush=True)
+
+        def fn():
+            sm90_fp8_gemm_1d2d.launch(a8, sa, b8, sb, out, sms, "sm_90a", cfg)
+        fn()
+        diff = calc_diff(out, ref)
+        t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=args.num_tests)
+        print(f"  {cfg.block_m}x{cfg.block_n} st{cfg.num_stages} mc{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
+              f" sms{cfg.num_sms}: {t * 1e6:8.1f} us {2 * m * n * k / t / 1e12:6.0f} TFLOPS diff {diff:.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
