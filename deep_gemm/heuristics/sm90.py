@@ -34,7 +34,8 @@ def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int) -> int:
     num_k_blocks = ceil_div(k, BLOCK_K)
     d = align(block_m * block_n * 2, 1024)
     stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
-    sb = align(num_k_blocks * (2 if may_straddle(block_n) else 1) * 4, 8)
+    # RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32
+    sb = align(num_math_threads(block_m) // 128 * 2 * num_k_blocks * (2 if may_straddle(block_n) else 1) * 4, 8)
     return d + num_stages * stage + sb + num_stages * 2 * 8
 
 

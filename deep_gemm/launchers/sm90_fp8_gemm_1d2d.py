@@ -61,7 +61,8 @@ def launch(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
     sa_stride = sa.stride(1) if sa.shape[1] > 1 else get_tma_aligned_size(m, 4)
     map_sa = make_2d_tma(sa.data_ptr(), 4, m, sa.shape[1], sa_stride, cfg.block_m, 1, 0, False)
     d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
-    map_d = make_2d_tma(out.data_ptr(), 2, n, m, tma_row_stride(out), d_box, cfg.block_m, cfg.swizzle_d_bytes)
+    # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
+    map_d = make_2d_tma(out.data_ptr(), 2, n, m, tma_row_stride(out), d_box, 64, cfg.swizzle_d_bytes)
     stream = torch.cuda.current_stream(a.device).cuda_stream
     args = ((map_a, map_b, map_sa, map_d, sb.data_ptr(), m), (None, None, None, None, PTR, U32))
     plan.kernel.launch(device_index, cfg.num_sms, cfg.num_multicast, stream, args)

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cute/numeric/int.hpp>  // fixed-width integers under both NVRTC and nvcc
+#include <cute/numeric/integral_constant.hpp>
+#include <cute/util/type_traits.hpp>
 
 // NOTES: every message names the violated contract, so a bad host-side configuration fails at compile time
 // with a sentence instead of a template backtrace.
@@ -23,13 +25,23 @@ __host__ __device__ constexpr T const_gcd(T a, T b) {
     return b == 0 ? a : const_gcd(b, a % b);
 }
 
-// Synchronise `kNumThreads` threads (whole warps) on hardware named barrier `kBarrierId`.
-// NOTES: id 0 is `__syncthreads`; callers own ids 1..15.
-template <uint32_t kNumThreads, uint32_t kBarrierId>
-__device__ __forceinline__ void named_barrier_sync() {
+// Call f(cute::Int<0>{}), ..., f(cute::Int<N - 1>{}) in order: a loop whose index is a compile-time constant.
+template <class F, size_t... I>
+__device__ __forceinline__ void static_for_impl(F&& f, cute::index_sequence<I...>) {
+    (f(cute::Int<I>{}), ...);
+}
+
+template <uint32_t N, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+    static_for_impl(f, cute::make_index_sequence<N>{});
+}
+
+// Synchronise `kNumThreads` threads (whole warps) on hardware named barrier `barrier_id`.
+// NOTES: id 0 is `__syncthreads`; callers own ids 1..15 (the sm90 GEMM uses 2 + math warpgroup index).
+template <uint32_t kNumThreads>
+__device__ __forceinline__ void named_barrier_sync(uint32_t barrier_id) {
     DG_STATIC_ASSERT(kNumThreads % 32 == 0, "named barriers count whole warps");
-    DG_STATIC_ASSERT(kBarrierId >= 1 and kBarrierId < 16, "named barrier id must be in [1, 16)");
-    asm volatile("bar.sync %0, %1;" :: "n"(kBarrierId), "n"(kNumThreads) : "memory");
+    asm volatile("bar.sync %0, %1;" :: "r"(barrier_id), "n"(kNumThreads) : "memory");
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {

@@ -58,16 +58,16 @@ struct BF16Epilogue {
         }
     }
 
-    // Issue the TMA stores of a finished tile (one thread). Caller fenced and synchronised the writers.
-    __device__ __forceinline__ static void store(const void* tensor_map_d, const uint8_t* smem_d,
-                                                 uint32_t m_start, uint32_t n_start) {
+    // Issue the TMA stores of the 64 tile rows starting at `row0` (one thread; the caller fenced and
+    // synchronised the writers, and commits the bulk group). The D tensor map's box is S / 2 x 64.
+    __device__ __forceinline__ static void store_rows(const void* tensor_map_d, const uint8_t* smem_d, uint32_t row0,
+                                                      uint32_t m_start, uint32_t n_start) {
         #pragma unroll
         for (uint32_t atom = 0; atom < kNumAtoms; ++atom) {
-            cute::SM90_TMA_STORE_2D::copy(tensor_map_d, smem_d + atom * kAtomBytes,
+            cute::SM90_TMA_STORE_2D::copy(tensor_map_d, smem_d + atom * kAtomBytes + row0 * kRowBytes,
                                           static_cast<int32_t>(n_start + atom * kRowBytes / 2),
-                                          static_cast<int32_t>(m_start));
+                                          static_cast<int32_t>(m_start + row0));
         }
-        cute::tma_store_arrive();
     }
 };
 

@@ -45,7 +45,9 @@ constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 2, 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
-    constexpr uint32_t sb = align_up<uint32_t>(kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4, 8);
+    // RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][kNumKBlocks] fp32
+    constexpr uint32_t sb = align_up<uint32_t>(
+        fp8_gemm_num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4, 8);
     return d + kNumStages * stage + sb + kNumStages * 2 * 8;
 }
 
@@ -97,9 +99,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
     uint8_t* smem_a = smem + kSmemDBytes;                                            // [stages][BLOCK_M, 128]
     uint8_t* smem_b = smem_a + kNumStages * kSmemABytes;                             // [stages][BLOCK_N, 128]
     float* smem_sa = reinterpret_cast<float*>(smem_b + kNumStages * kSmemBBytes);   // [stages][BLOCK_M]
-    float* smem_sb = smem_sa + kNumStages * BLOCK_M;                                 // [1 or 2][kNumKBlocks]
+    float* smem_sb = smem_sa + kNumStages * BLOCK_M;  // [math WGs][2 buffers][kNumSBPerTile]
     auto* full_barriers = reinterpret_cast<cutlass::arch::ClusterTransactionBarrier*>(
-        reinterpret_cast<uint8_t*>(smem_sb) + align_up<uint32_t>(kNumSBPerTile * 4, 8));  // [stages]
+        reinterpret_cast<uint8_t*>(smem_sb) + align_up<uint32_t>(kNumMathWGs * 2 * kNumSBPerTile * 4, 8));
     auto* empty_barriers = reinterpret_cast<cutlass::arch::ClusterBarrier*>(full_barriers + kNumStages);  // [stages]
 
     const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
@@ -174,22 +176,116 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
         const uint32_t warp_row = (warp_idx % 4) * 16;  // the warp's first row inside a 64-row WGMMA tile
         const uint32_t lane_row = lane_idx / 4;          // this thread's rows: lane_row and lane_row + 8
 
-        Scheduler scheduler(shape_m);
-        uint32_t m_block, n_block, stage = 0, phase = 0;
-        float partial[kNumAccum];
-        float final_accum[kNumSubTiles][kNumAccum];
-        while (scheduler.next(m_block, n_block)) {
-            const uint32_t n_start = n_block * BLOCK_N;
-            // RHS scales of this tile's N range for every K block: [1 or 2][kNumKBlocks] in shared memory.
-            // NOTES: safe to overwrite: every math thread passed the previous tile's epilogue barriers, which
-            // follow its last read of smem_sb.
-            const uint32_t sb_block0 = n_start / 128;
-            const uint32_t sb_block1 = min(sb_block0 + 1, kNumSBBlocks - 1);
-            for (uint32_t i = threadIdx.x; i < kNumSBPerTile; i += kNumMathThreads) {
-                const uint32_t block = i < kNumKBlocks ? sb_block0 : sb_block1;
-                smem_sb[i] = __ldg(sb + block * kNumKBlocks + i % kNumKBlocks);
+        const float* tile_sb = nullptr;  // this tile's RHS scales (set per tile below)
+        // Stage pieces shared by both K loops below.
+        auto wait_full = [&](uint32_t stage, uint32_t phase) { full_barriers[stage].wait(phase); };
+        // This thread's two LHS scales (rows lane_row and lane_row + 8 of its warp) of sub-tile s.
+        auto load_sa = [&](uint32_t stage, uint32_t s, float& lo, float& hi) {
+            const float* sa_stage = smem_sa + stage * BLOCK_M + (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row;
+            lo = ld_shared(sa_stage + lane_row);
+            hi = ld_shared(sa_stage + lane_row + 8);
+        };
+        // Issue (not wait for) the four k32 WGMMAs of one 128-wide K block of sub-tile s into acc.
+        auto issue_mma = [&](uint32_t stage, uint32_t s, float* acc) {
+            const uint8_t* tile_a = smem_a + stage * kSmemABytes + (s * kNumMathWGs + math_wg) * WGMMA::M * kBlockK;
+            const uint8_t* tile_b = smem_b + stage * kSmemBBytes;
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                cute::warpgroup_fence_operand(acc[i]);
+            cute::warpgroup_arrive();
+            #pragma unroll
+            for (uint32_t k = 0; k < kBlockK / WGMMA::K; ++k)
+                WGMMA::mma(make_kmajor_sw128_desc(tile_a + k * WGMMA::K), make_kmajor_sw128_desc(tile_b + k * WGMMA::K),
+                           acc, k > 0);
+            cute::warpgroup_commit_batch();
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                cute::warpgroup_fence_operand(acc[i]);
+        };
+        // The stage's A/B/SA are consumed: let the producer(s) refill it (one arrival per warp per cluster CTA).
+        auto release = [&](uint32_t stage) {
+            if constexpr (kNumMulticast == 1) {
+                if (lane_idx == 0)
+                    empty_barriers[stage].arrive();
+            } else {
+                if (lane_idx < kNumMulticast)
+                    empty_barriers[stage].arrive(lane_idx);
             }
-            named_barrier_sync<kNumMathThreads, 1>();
+        };
+        // Promotion: final += partial * SA(row) * SB(n block of the column, k block).
+        auto promote = [&](float* final_acc, const float* acc, float sa_lo, float sa_hi, uint32_t k_block,
+                           uint32_t straddle_col) {
+            const float sb0 = ld_shared(tile_sb + k_block);
+            const float sb1 = kMayStraddle ? ld_shared(tile_sb + kNumKBlocks + k_block) : sb0;
+            const float s_lo0 = sa_lo * sb0, s_hi0 = sa_hi * sb0;
+            const float s_lo1 = sa_lo * sb1, s_hi1 = sa_hi * sb1;
+            #pragma unroll
+            for (uint32_t c = 0; c < kNumAccum / 4; ++c) {
+                const bool second = kMayStraddle and c * 8 >= straddle_col;
+                const float s_lo = second ? s_lo1 : s_lo0;
+                const float s_hi = second ? s_hi1 : s_hi0;
+                final_acc[c * 4 + 0] += s_lo * acc[c * 4 + 0];
+                final_acc[c * 4 + 1] += s_lo * acc[c * 4 + 1];
+                final_acc[c * 4 + 2] += s_hi * acc[c * 4 + 2];
+                final_acc[c * 4 + 3] += s_hi * acc[c * 4 + 3];
+            }
+        };
+        auto advance = [](uint32_t& stage, uint32_t& phase) {
+            stage = stage + 1 == kNumStages ? 0 : stage + 1;
+            phase ^= stage == 0;
+        };
+
+        // NOTES: with one 64-row sub-tile per warpgroup there are registers for two partial accumulators, so
+        // K block i + 1's WGMMAs run on the tensor cores while K block i is promoted on the CUDA cores.
+        constexpr bool kOverlapPromotion = kNumSubTiles == 1 and kNumAccum <= 64;
+        float partial[kOverlapPromotion ? 2 : 1][kNumAccum];
+        float final_accum[kNumSubTiles][kNumAccum];
+
+        // RHS scales of a tile's N range for every K block, [1 or 2][kNumKBlocks], per warpgroup and double
+        // buffered: the next tile's values are fetched from global memory into registers while this tile's
+        // K loop runs, and stored before this tile's epilogue barrier publishes them.
+        // NOTES: every math warpgroup runs its own epilogue with its own barriers, so one warpgroup's epilogue
+        // overlaps the other's WGMMAs; nothing below synchronises the two warpgroups.
+        constexpr uint32_t kSBPerThread = ceil_div(kNumSBPerTile, 128u);
+        const uint32_t wg_thread = threadIdx.x % 128;
+        float* wg_sb = smem_sb + math_wg * 2 * kNumSBPerTile;
+        auto fetch_sb = [&](uint32_t n_block_, float (&regs)[kSBPerThread]) {
+            const uint32_t block0 = n_block_ * BLOCK_N / 128;
+            const uint32_t block1 = min(block0 + 1, kNumSBBlocks - 1);
+            #pragma unroll
+            for (uint32_t j = 0; j < kSBPerThread; ++j) {
+                const uint32_t i = wg_thread + j * 128;
+                if (i < kNumSBPerTile)
+                    regs[j] = __ldg(sb + (i < kNumKBlocks ? block0 : block1) * kNumKBlocks + i % kNumKBlocks);
+            }
+        };
+        auto store_sb = [&](uint32_t buf, const float (&regs)[kSBPerThread]) {
+            #pragma unroll
+            for (uint32_t j = 0; j < kSBPerThread; ++j) {
+                const uint32_t i = wg_thread + j * 128;
+                if (i < kNumSBPerTile)
+                    wg_sb[buf * kNumSBPerTile + i] = regs[j];
+            }
+        };
+
+        Scheduler scheduler(shape_m);
+        uint32_t m_block, n_block, stage = 0, phase = 0, sb_buf = 0;
+        bool has_tile = scheduler.next(m_block, n_block);
+        if (has_tile) {
+            float regs[kSBPerThread];
+            fetch_sb(n_block, regs);
+            store_sb(0, regs);
+            named_barrier_sync<128>(2 + math_wg);
+        }
+        while (has_tile) {
+            const uint32_t n_start = n_block * BLOCK_N;
+            const uint32_t sb_block0 = n_start / 128;
+            tile_sb = wg_sb + sb_buf * kNumSBPerTile;
+            uint32_t next_m_block, next_n_block;
+            const bool has_next = scheduler.next(next_m_block, next_n_block);
+            float next_sb[kSBPerThread];
+            if (has_next)
+                fetch_sb(next_n_block, next_sb);
             // Columns at or past `straddle_col` of this tile belong to the next scale block (a multiple of 8).
             const uint32_t straddle_col = kMayStraddle ? (sb_block0 + 1) * 128 - n_start : BLOCK_N;
 
@@ -199,77 +295,93 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     final_accum[s][i] = 0;
 
-            for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
-                full_barriers[stage].wait(phase);
-                const float sb0 = ld_shared(smem_sb + k_block);
-                const float sb1 = kMayStraddle ? ld_shared(smem_sb + kNumKBlocks + k_block) : sb0;
-                const uint8_t* tile_a = smem_a + stage * kSmemABytes;
-                const uint8_t* tile_b = smem_b + stage * kSmemBBytes;
-                #pragma unroll
-                for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                    const uint32_t tile_row = (s * kNumMathWGs + math_wg) * WGMMA::M;
-                    const float sa_lo = ld_shared(smem_sa + stage * BLOCK_M + tile_row + warp_row + lane_row);
-                    const float sa_hi = ld_shared(smem_sa + stage * BLOCK_M + tile_row + warp_row + lane_row + 8);
-
+            if constexpr (kOverlapPromotion) {
+                float sa_lo[2], sa_hi[2];
+                uint32_t cur_stage = 0;
+                // Steady step for K block k_block (in buffer kCur): put k_block + 1 in flight, then promote k_block.
+                auto step = [&](auto parity, uint32_t k_block) {
+                    constexpr uint32_t kCur = decltype(parity)::value, kNext = 1 - kCur;
+                    const uint32_t done_stage = cur_stage;
+                    wait_full(stage, phase);
+                    load_sa(stage, 0, sa_lo[kNext], sa_hi[kNext]);
+                    issue_mma(stage, 0, partial[kNext]);
+                    cur_stage = stage;
+                    advance(stage, phase);
+                    cute::warpgroup_wait<1>();
                     #pragma unroll
                     for (uint32_t i = 0; i < kNumAccum; ++i)
-                        cute::warpgroup_fence_operand(partial[i]);
-                    cute::warpgroup_arrive();
-                    #pragma unroll
-                    for (uint32_t k = 0; k < kBlockK / WGMMA::K; ++k) {
-                        const uint64_t desc_a = make_kmajor_sw128_desc(tile_a + tile_row * kBlockK + k * WGMMA::K);
-                        const uint64_t desc_b = make_kmajor_sw128_desc(tile_b + k * WGMMA::K);
-                        WGMMA::mma(desc_a, desc_b, partial, k > 0);
-                    }
-                    cute::warpgroup_commit_batch();
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        cute::warpgroup_fence_operand(partial[i]);
+                        cute::warpgroup_fence_operand(partial[kCur][i]);
+                    release(done_stage);
+                    promote(final_accum[0], partial[kCur], sa_lo[kCur], sa_hi[kCur], k_block, straddle_col);
+                };
+                // A chunk of kLen K blocks, pipelined inside and drained at its end.
+                // NOTES: an accumulator still in flight across a loop edge makes ptxas serialise every WGMMA
+                // (C7514) or inject waits (C7517), and unrolling all of K costs minutes of compile time at
+                // k = 16384; chunks of kOverlapChunk blocks keep both the pipeline and compile time short, at
+                // the price of one exposed promotion per chunk.
+                auto run_chunk = [&](auto len, uint32_t k0) {
+                    constexpr uint32_t kLen = decltype(len)::value;
+                    wait_full(stage, phase);
+                    load_sa(stage, 0, sa_lo[0], sa_hi[0]);
+                    issue_mma(stage, 0, partial[0]);
+                    cur_stage = stage;
+                    advance(stage, phase);
+                    static_for<kLen - 1>([&](auto i) { step(cute::Int<decltype(i)::value % 2>{}, k0 + i); });
+                    constexpr uint32_t kLast = (kLen - 1) % 2;
                     cute::warpgroup_wait<0>();
-
-                    // The stage's A/B/SA are consumed: let the producer(s) refill it while we promote.
-                    if (s + 1 == kNumSubTiles) {
-                        if constexpr (kNumMulticast == 1) {
-                            if (lane_idx == 0)
-                                empty_barriers[stage].arrive();
-                        } else {
-                            if (lane_idx < kNumMulticast)
-                                empty_barriers[stage].arrive(lane_idx);
-                        }
-                    }
-
-                    // Promotion: final += partial * SA(row) * SB(n block, k block)
-                    const float s_lo0 = sa_lo * sb0, s_hi0 = sa_hi * sb0;
-                    const float s_lo1 = sa_lo * sb1, s_hi1 = sa_hi * sb1;
                     #pragma unroll
-                    for (uint32_t c = 0; c < kNumAccum / 4; ++c) {
-                        const bool second = kMayStraddle and c * 8 >= straddle_col;
-                        const float s_lo = second ? s_lo1 : s_lo0;
-                        const float s_hi = second ? s_hi1 : s_hi0;
-                        final_accum[s][c * 4 + 0] += s_lo * partial[c * 4 + 0];
-                        final_accum[s][c * 4 + 1] += s_lo * partial[c * 4 + 1];
-                        final_accum[s][c * 4 + 2] += s_hi * partial[c * 4 + 2];
-                        final_accum[s][c * 4 + 3] += s_hi * partial[c * 4 + 3];
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        cute::warpgroup_fence_operand(partial[kLast][i]);
+                    release(cur_stage);
+                    promote(final_accum[0], partial[kLast], sa_lo[kLast], sa_hi[kLast], k0 + kLen - 1,
+                            straddle_col);
+                };
+                constexpr uint32_t kOverlapChunk = 8;
+                #pragma unroll 1
+                for (uint32_t k0 = 0; k0 + kOverlapChunk <= kNumKBlocks; k0 += kOverlapChunk)
+                    run_chunk(cute::Int<kOverlapChunk>{}, k0);
+                if constexpr (kNumKBlocks % kOverlapChunk != 0)
+                    run_chunk(cute::Int<kNumKBlocks % kOverlapChunk>{}, kNumKBlocks / kOverlapChunk * kOverlapChunk);
+            } else {
+                for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
+                    wait_full(stage, phase);
+                    #pragma unroll
+                    for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                        float sa_lo, sa_hi;
+                        load_sa(stage, s, sa_lo, sa_hi);
+                        issue_mma(stage, s, partial[0]);
+                        cute::warpgroup_wait<0>();
+                        if (s + 1 == kNumSubTiles)
+                            release(stage);
+                        promote(final_accum[s], partial[0], sa_lo, sa_hi, k_block, straddle_col);
                     }
+                    advance(stage, phase);
                 }
-                stage = stage + 1 == kNumStages ? 0 : stage + 1;
-                phase ^= stage == 0;
             }
 
-            // ---- Epilogue ----
-            // The previous tile's TMA store must have read smem_d before anyone overwrites it.
-            if (threadIdx.x == 0)
+            // ---- Epilogue (per warpgroup) ----
+            if (has_next)
+                store_sb(sb_buf ^ 1, next_sb);
+            const bool is_wg_leader = wg_thread == 0;
+            // The warpgroup's previous TMA stores must have read smem_d before it is overwritten.
+            if (is_wg_leader)
                 cute::tma_store_wait<0>();
-            named_barrier_sync<kNumMathThreads, 1>();
+            named_barrier_sync<128>(2 + math_wg);
             #pragma unroll
             for (uint32_t s = 0; s < kNumSubTiles; ++s)
                 Epilogue::write_warp(smem_d, final_accum[s], (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row, lane_idx);
             cute::tma_store_fence();
-            named_barrier_sync<kNumMathThreads, 1>();
-            if (threadIdx.x == 0)
-                Epilogue::store(&tensor_map_d, smem_d, m_block * BLOCK_M, n_start);
+            named_barrier_sync<128>(2 + math_wg);
+            if (is_wg_leader) {
+                #pragma unroll
+                for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                    Epilogue::store_rows(&tensor_map_d, smem_d, (s * kNumMathWGs + math_wg) * WGMMA::M,
+                                         m_block * BLOCK_M, n_start);
+                cute::tma_store_arrive();
+            }
+            m_block = next_m_block, n_block = next_n_block, has_tile = has_next, sb_buf ^= 1;
         }
-        if (threadIdx.x == 0)
+        if (threadIdx.x % 128 == 0)
             cute::tma_store_wait<0>();
     }
 

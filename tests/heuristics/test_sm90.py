@@ -1,0 +1,161 @@
+"""Hopper configuration heuristics (deep_gemm/heuristics/sm90.py): invariants over DeepSeek and random shapes."""
+import random
+
+import pytest
+
+from deep_gemm.heuristics import GemmConfig, GemmProblem, get_config, get_sm90_config, sm90_smem_size
+from deep_gemm.heuristics.common import ceil_div
+from deep_gemm.heuristics.sm90 import MAX_STAGES, SMEM_BUDGET
+
+NUM_SMS = 132
+DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048), (7168, 576)]
+_rng = random.Random(90)
+DEEPSEEK_MS = [1, 64, 128, 4096, 8192] + [_rng.randint(2, 8192) for _ in range(2)]
+
+
+def _random_problems(count: int, seed: int):
+    rng = random.Random(seed)
+    problems = []
+    for _ in range(count):
+        m = max(1, int(round(2 ** rng.uniform(0, 14))))
+        n = rng.choice([rng.randint(1, 512), rng.randint(1, 40000), 8 * rng.randint(1, 2048)])
+        k = rng.choice([rng.randint(1, 600), 16 * rng.randint(1, 1024), 128 * rng.randint(1, 128)])
+        num_sms = rng.choice([NUM_SMS, NUM_SMS, 131, 114, 78, 66, 8, 1])
+        problems.append(GemmProblem(m, n, k, num_sms))
+    return problems
+
+
+DEEPSEEK_PROBLEMS = [GemmProblem(m, n, k, NUM_SMS) for m in DEEPSEEK_MS for n, k in DEEPSEEK_NK]
+RANDOM_PROBLEMS = _random_problems(150, seed=2026)
+
+
+def _id(p: GemmProblem) -> str:
+    return f"m{p.m}-n{p.n}-k{p.k}-sms{p.num_sms}"
+
+
+def check_invariants(p: GemmProblem, c: GemmConfig) -> None:
+    # Tile shape: what the kernel's static_asserts accept.
+    assert c.block_m in (64, 128, 256)
+    assert c.block_n % 8 == 0 and 8 <= c.block_n <= 256
+    assert c.block_k == 128
+    assert c.num_threads == (128 if c.block_m == 64 else 256) + 128
+    assert c.swizzle_d_bytes in (0, 32, 64, 128)
+    assert c.swizzle_d_bytes == 0 or (c.block_n * 2) % c.swizzle_d_bytes == 0
+    if p.m <= 64:
+        assert c.block_m == 64, "a single 64-row block covers m <= 64"
+
+    # Shared memory: fits, matches the header's formula, and the pipeline is as deep as fits.
+    assert c.smem_size <= SMEM_BUDGET
+    assert c.smem_size == sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages)
+    assert 1 <= c.num_stages <= MAX_STAGES
+    assert c.num_stages == MAX_STAGES or sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages + 1) > SMEM_BUDGET
+
+    # Multicast: a cluster of two needs an even grid and tiles that come in pairs along the shared dimension.
+    assert c.num_multicast in (1, 2)
+    assert c.num_sms % c.num_multicast == 0
+    if c.num_multicast == 2:
+        assert p.m >= 512, "no multicast for m < 512"
+        assert c.num_sms % 2 == 0
+        if c.multicast_on_a:
+            assert ceil_div(p.n, c.block_n) % 2 == 0
+        else:
+            assert ceil_div(p.m, c.block_m) % 2 == 0
+
+    # Grid: never more SMs than allowed, and trimming it must not add a wave.
+    assert 1 <= c.num_sms <= p.num_sms
+    tiles = ceil_div(p.m, c.block_m) * ceil_div(p.n, c.block_n)
+    assert ceil_div(tiles, c.num_sms) == ceil_div(tiles, p.num_sms)
+
+
+@pytest.mark.parametrize("problem", DEEPSEEK_PROBLEMS, ids=_id)
+def test_invariants_deepseek_shapes(problem):
+    check_invariants(problem, get_config(problem))
+
+
+@pytest.mark.parametrize("problem", RANDOM_PROBLEMS, ids=_id)
+def test_invariants_random_shapes(problem):
+    check_invariants(problem, get_config(problem))
+
+
+def test_no_multicast_below_512_rows():
+    for m in (1, 64, 256, 511):
+        for n, k in DEEPSEEK_NK:
+            assert get_config(GemmProblem(m, n, k, NUM_SMS)).num_multicast == 1
+
+
+def test_no_multicast_with_odd_sm_count():
+    for m in (512, 4096, 8192):
+        for n, k in DEEPSEEK_NK:
+            assert get_config(GemmProblem(m, n, k, 131)).num_multicast == 1
+
+
+# Pinned choices of the current heuristic for small m (large m is being retuned, so only invariants there).
+# NOTES: smem_size is left out on purpose: it follows the kernel's shared-memory layout (sm90_smem_size), which
+# changes with kernel internals; check_invariants ties it to that formula instead.
+GOLDEN = {
+    (64, 2112, 7168): dict(block_m=64, block_n=16, block_k=128, num_stages=8, num_multicast=1, multicast_on_a=True,
+                           swizzle_d_bytes=32, num_sms=132, num_threads=256),
+    (128, 7168, 2048): dict(block_m=64, block_n=112, block_k=128, num_stages=8, num_multicast=1,
+                            multicast_on_a=True, swizzle_d_bytes=32, num_sms=128, num_threads=256),
+}
+
+
+@pytest.mark.parametrize("mnk", sorted(GOLDEN), ids=lambda mnk: "x".join(map(str, mnk)))
+def test_golden_small_m(mnk):
+    p = GemmProblem(*mnk, NUM_SMS)
+    config = get_config(p)
+    got = {field: getattr(config, field) for field in GOLDEN[mnk]}
+    assert got == GOLDEN[mnk]
+    check_invariants(p, config)
+
+
+def test_large_m_invariants_only():
+    # NOTES: the large-m rule is being retuned; pin only what any correct answer must satisfy.
+    p = GemmProblem(4096, 7168, 2048, NUM_SMS)
+    check_invariants(p, get_config(p))
+
+
+def test_memoised():
+    p = GemmProblem(4096, 7168, 2048, NUM_SMS)
+    first = get_config(p)
+    assert get_config(p) is first
+    assert get_config(GemmProblem(4096, 7168, 2048, NUM_SMS)) is first, "equal problems must share the entry"
+    assert get_sm90_config(p) is first
+
+
+def test_different_sm_budget_gives_different_entry():
+    a = get_config(GemmProblem(4096, 7168, 2048, NUM_SMS))
+    b = get_config(GemmProblem(4096, 7168, 2048, 64))
+    assert b.num_sms <= 64 < a.num_sms
+
+
+@pytest.mark.parametrize("field", ["m", "n", "k", "num_sms"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_problem_rejects_non_positive(field, value):
+    kwargs = dict(m=128, n=128, k=128, num_sms=NUM_SMS)
+    kwargs[field] = value
+    with pytest.raises(ValueError, match=field):
+        GemmProblem(**kwargs)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100a", "sm_80"])
+def test_unsupported_arch(arch):
+    with pytest.raises(ValueError, match=arch):
+        get_config(GemmProblem(128, 128, 128, NUM_SMS, arch=arch))
+
+
+def test_k_too_large_for_shared_memory():
+    # 2^24 / 128 K blocks of RHS scales alone exceed the shared-memory budget of every tile shape.
+    with pytest.raises(ValueError, match="too large"):
+        get_config(GemmProblem(64, 128, 1 << 24, NUM_SMS))
+
+
+def test_smem_size_grows_with_stages_and_k():
+    # Whatever the layout, every stage holds an A tile, a B tile and the A scales, and the D tile is staged once.
+    for bm, bn in [(64, 16), (64, 112), (128, 160), (256, 128)]:
+        for k in (128, 576, 7168):
+            sizes = [sm90_smem_size(k, bm, bn, s) for s in range(1, MAX_STAGES + 1)]
+            per_stage = bm * 128 + bn * 128 + bm * 4
+            assert sizes[0] >= bm * bn * 2 + per_stage
+            assert all(b - a >= per_stage for a, b in zip(sizes, sizes[1:]))
+            assert sm90_smem_size(k + 128, bm, bn, 1) >= sizes[0]

@@ -1,0 +1,151 @@
+"""Compiling the real sm90 kernel (deep_gemm/jit/compiler.py) with NVRTC and nvcc for sm_90a, no GPU needed."""
+import dataclasses
+import struct
+
+import pytest
+
+from deep_gemm.heuristics import GemmConfig, GemmProblem, get_config, sm90_smem_size
+from deep_gemm.heuristics.sm90 import MAX_STAGES, SMEM_BUDGET, num_math_threads, swizzle_d_bytes
+from deep_gemm.jit import CompileError
+from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler, check_arch
+from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+
+ARCH = "sm_90a"
+EM_CUDA = 190
+MANGLED_KERNEL = b"_ZN9deep_gemm4sm9018fp8_gemm_1d2d_impl"
+
+
+def hand_config(m: int, n: int, k: int, block_m: int, block_n: int, num_multicast: int,
+                multicast_on_a: bool) -> GemmConfig:
+    """The heuristic's config for (m, n, k) with the tile and multicast forced; stages/smem recomputed to fit."""
+    stages = max(s for s in range(1, MAX_STAGES + 1) if sm90_smem_size(k, block_m, block_n, s) <= SMEM_BUDGET)
+    return dataclasses.replace(
+        get_config(GemmProblem(m, n, k, 132)), block_m=block_m, block_n=block_n, num_stages=stages,
+        num_multicast=num_multicast, multicast_on_a=multicast_on_a, swizzle_d_bytes=swizzle_d_bytes(block_n),
+        num_sms=132, smem_size=sm90_smem_size(k, block_m, block_n, stages),
+        num_threads=num_math_threads(block_m) + 128)
+
+
+def _configs():
+    small = get_config(GemmProblem(64, 2112, 7168, 132))
+    return {
+        # One math warpgroup (BLOCK_M = 64), from the heuristic itself.
+        "bm64": (2112, 7168, small),
+        # Two math warpgroups with two 64-row sub-tiles each, A multicast over a 2-CTA cluster.
+        "bm256-bn128-mcA": (7168, 2048, hand_config(4096, 7168, 2048, 256, 128, 2, True)),
+        # BLOCK_N = 160 does not divide 128 (tiles straddle RHS scale blocks), K = 576 is ragged, B multicast.
+        "bm128-bn160-k576-mcB": (7168, 576, hand_config(4096, 7168, 576, 128, 160, 2, False)),
+    }
+
+
+CONFIGS = _configs()
+
+
+def check_cubin(cubin: bytes) -> None:
+    assert cubin[:4] == b"\x7fELF"
+    assert struct.unpack_from("<H", cubin, 18)[0] == EM_CUDA, "ELF e_machine must be EM_CUDA"
+    assert MANGLED_KERNEL in cubin
+
+
+def check_ptx(ptx: str, config: GemmConfig) -> None:
+    assert ".target sm_90a" in ptx
+    assert "wgmma.mma_async" in ptx
+    assert "vprintf" not in ptx, "device printf left in the kernel"
+    assert ("multicast::cluster" in ptx) == (config.num_multicast > 1)
+
+
+def test_hand_configs_fit_and_are_legal():
+    assert CONFIGS["bm64"][2].block_m == 64
+    for n, k, c in CONFIGS.values():
+        assert c.smem_size <= SMEM_BUDGET and c.num_stages >= 1
+        if c.num_multicast == 2:
+            tiles_along = n if c.multicast_on_a else 4096
+            block = c.block_n if c.multicast_on_a else c.block_m
+            assert -(-tiles_along // block) % 2 == 0
+    assert 128 % CONFIGS["bm128-bn160-k576-mcB"][2].block_n != 0
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def nvrtc_build(request):
+    n, k, config = CONFIGS[request.param]
+    return config, NVRTCCompiler().compile(kernel_source(n, k, config).code(), ARCH, want_ptx=True)
+
+
+def test_nvrtc_cubin(nvrtc_build):
+    _, result = nvrtc_build
+    check_cubin(result.cubin)
+    assert result.seconds > 0
+
+
+def test_nvrtc_ptx(nvrtc_build):
+    config, result = nvrtc_build
+    check_ptx(result.ptx, config)
+
+
+def test_nvcc_compiles_ragged_config():
+    n, k, config = CONFIGS["bm128-bn160-k576-mcB"]
+    result = NVCCCompiler().compile(kernel_source(n, k, config).code(), ARCH, want_ptx=True)
+    check_cubin(result.cubin)
+    check_ptx(result.ptx, config)
+
+
+def test_ptx_not_requested_is_none():
+    result = NVRTCCompiler().compile("__global__ void tiny(int* p) { *p = 1; }\n", ARCH)
+    assert result.ptx is None
+    assert result.cubin[:4] == b"\x7fELF"
+
+
+def test_smem_mismatch_fails_to_compile():
+    # The kernel static-asserts that the host's shared-memory size equals its own.
+    n, k, config = CONFIGS["bm64"]
+    wrong = dataclasses.replace(config, smem_size=config.smem_size + 1024)
+    with pytest.raises(CompileError, match="shared-memory"):
+        NVRTCCompiler().compile(kernel_source(n, k, wrong).code(), ARCH)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80", "compute_90a", ""])
+def test_check_arch_rejects(arch):
+    with pytest.raises(ValueError, match="arch"):
+        check_arch(arch)
+
+
+def test_plain_sm_90_rejected_before_compiling():
+    with pytest.raises(ValueError, match="sm_90"):
+        NVRTCCompiler().compile("__global__ void tiny() {}\n", "sm_90")
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a", "sm_100f"])
+def test_check_arch_accepts(arch):
+    assert check_arch(arch) == arch
+
+
+BROKEN = "__global__ void broken(int* p) { *p = 1 +; }\n"
+
+
+def test_nvrtc_syntax_error_carries_log():
+    with pytest.raises(CompileError) as info:
+        NVRTCCompiler().compile(BROKEN, ARCH)
+    message = str(info.value)
+    assert "deep_gemm_kernel.cu(1)" in message and "error" in message
+
+
+def test_nvcc_syntax_error_carries_log():
+    with pytest.raises(CompileError) as info:
+        NVCCCompiler().compile(BROKEN, ARCH)
+    message = str(info.value)
+    assert "kernel.cu(1)" in message and "error" in message
+
+
+def test_compiler_identities():
+    assert NVRTCCompiler().identity().startswith("nvrtc-")
+    assert NVCCCompiler().identity().startswith("nvcc-")
+    assert NVRTCCompiler().identity() != NVCCCompiler().identity()
+
+
+def test_flags():
+    nvrtc_flags = NVRTCCompiler().flags(ARCH)
+    assert "--gpu-architecture=sm_90a" in nvrtc_flags and "-DNDEBUG" in nvrtc_flags
+    assert any(f.startswith("-I") and f.endswith("include") for f in nvrtc_flags)
+    assert "--ptxas-options=-v" in NVRTCCompiler().flags(ARCH, ptxas_verbose=True)
+    nvcc_flags = NVCCCompiler().flags(ARCH)
+    assert "-gencode=arch=compute_90a,code=sm_90a" in nvcc_flags and "-DNDEBUG" in nvcc_flags
