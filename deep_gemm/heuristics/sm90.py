@@ -1,5 +1,6 @@
 """Hopper (sm_90a) configuration for the FP8 1D2D GEMM: wave-quantisation rule over BLOCK_M x BLOCK_N."""
 import functools
+import math
 from typing import Optional, Tuple
 
 from .common import (GemmConfig, GemmProblem, align, ceil_div, last_wave_util, min_sms_for_waves,
@@ -8,8 +9,11 @@ from .common import (GemmConfig, GemmProblem, align, ceil_div, last_wave_util, m
 SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
 BLOCK_K = 128               # = the scale granularity along K
 MAX_STAGES = 8
-BLOCK_NS = tuple(range(16, 129, 8)) + (144, 160)
+BLOCK_NS = tuple(range(16, 129, 8)) + (144, 160, 192)
 MULTICAST_MIN_M = 512
+# Shared-memory bytes per clock of one SM, and dense FP8 FLOPs per clock of one SM (Hopper).
+SMEM_BYTES_PER_CLK = 128
+FP8_FLOPS_PER_CLK = 8192
 
 
 def num_math_threads(block_m: int) -> int:
@@ -19,6 +23,16 @@ def num_math_threads(block_m: int) -> int:
 def may_straddle(block_n: int) -> bool:
     """A tile of this width can span two 128-wide RHS scale blocks."""
     return 128 % block_n != 0
+
+
+def straddle_cases(block_n: int) -> int:
+    """Distinct ways a tile can split across two 128-wide RHS scale blocks (1 = never straddles)."""
+    return 128 // math.gcd(block_n, 128) if may_straddle(block_n) else 1
+
+
+# Kernels with at most this many straddle cases pick the per-column RHS scale at compile time (the kernel's
+# kMaxStaticStraddleCases); wider-case widths choose per column at run time, which cost 15-20% on the H200.
+MAX_STATIC_STRADDLE_CASES = 4
 
 
 def swizzle_d_bytes(block_n: int) -> int:
@@ -41,7 +55,21 @@ def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int) -> int:
 
 def _legal_block(block_m: int, block_n: int) -> bool:
     # Two 64-row sub-tiles per math warpgroup keep 2 x BLOCK_N / 2 final FP32 accumulators per thread.
-    return not (block_m == 256 and block_n > 128)
+    if block_m == 256 and block_n > 128:
+        return False
+    # A tile may touch at most two 128-wide RHS scale blocks (the kernel static-asserts the same).
+    return block_n <= 128 + math.gcd(block_n, 128)
+
+
+def kblock_cycles(block_m: int, block_n: int) -> float:
+    """Modelled SM cycles per 128-wide K block of one tile: the larger of tensor-core time and shared-memory time.
+
+    Shared memory carries the TMA writes of A and B plus the WGMMA reads (each 64-row sub-tile reads its A rows and
+    all of B); at BLOCK_M = 128, BLOCK_N = 128 that traffic, not the tensor core, is the limit (measured with ncu).
+    """
+    mma = 2 * block_m * block_n * BLOCK_K / FP8_FLOPS_PER_CLK
+    smem_bytes = (block_m + block_n) * BLOCK_K + (block_m // 64) * (64 + block_n) * BLOCK_K
+    return max(mma, smem_bytes / SMEM_BYTES_PER_CLK)
 
 
 def _better(cand: Tuple[int, int, int, int], best: Optional[Tuple[int, int, int, int]]) -> bool:
@@ -63,7 +91,9 @@ def _better(cand: Tuple[int, int, int, int], best: Optional[Tuple[int, int, int,
 
 
 def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -> Tuple[int, bool]:
-    if problem.m < MULTICAST_MIN_M or num_sms % 2 != 0:
+    # NOTES: on the H200 multicast only paid off on large problems (+1-3% at 4096x7168x16384 and 8192^3; -1 to
+    # -3% at 4096x2112x7168 and 4096x7168x2048): it cuts L2 traffic, which is not the limit for smaller ones.
+    if problem.m < MULTICAST_MIN_M or num_sms % 2 != 0 or min(problem.m, problem.n, problem.k) < 4096:
         return 1, True
     legal_a = ceil_div(problem.n, block_n) % 2 == 0   # pairs share an M block: N blocks come in pairs
     legal_b = ceil_div(problem.m, block_m) % 2 == 0   # pairs share an N block: M blocks come in pairs
@@ -74,21 +104,37 @@ def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -
     return 1, True
 
 
-@functools.lru_cache(maxsize=4096)
-def get_sm90_config(problem: GemmProblem) -> GemmConfig:
-    m, n, k, sms = problem.m, problem.n, problem.k, problem.num_sms
+def _pick_blocks(m: int, n: int, k: int, sms: int) -> Tuple[int, int, int]:
+    """(block_m, block_n, waves)."""
     block_ms = (64,) if m <= 64 else (64, 128, 256)
-    best = None
-    for bm in block_ms:
-        for bn in BLOCK_NS:
-            if not _legal_block(bm, bn):
-                continue
+    candidates = [(bm, bn) for bm in block_ms for bn in BLOCK_NS if _legal_block(bm, bn)]
+    if m <= 128:
+        # Memory-bound regime: spread the weights over as many SMs as possible (fewest waves, fullest last wave).
+        best = None
+        for bm, bn in candidates:
             tiles = ceil_div(m, bm) * ceil_div(n, bn)
             cand = (num_waves(tiles, sms), last_wave_util(tiles, sms), bm, bn)
             if _better(cand, best):
                 best = cand
-    assert best is not None
-    waves, _, bm, bn = best
+        return best[2], best[3], best[0]
+    # Compute-bound regime: least modelled time = waves x per-tile cycles; ties go to fewer tiles. Widths whose
+    # scale choice stays a run-time select are too slow here.
+    best_key, best = None, None
+    for bm, bn in candidates:
+        if straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
+            continue
+        tiles = ceil_div(m, bm) * ceil_div(n, bn)
+        waves = num_waves(tiles, sms)
+        key = (waves * kblock_cycles(bm, bn), tiles)
+        if best_key is None or key < best_key:
+            best_key, best = key, (bm, bn, waves)
+    return best
+
+
+@functools.lru_cache(maxsize=4096)
+def get_sm90_config(problem: GemmProblem) -> GemmConfig:
+    m, n, k, sms = problem.m, problem.n, problem.k, problem.num_sms
+    bm, bn, waves = _pick_blocks(m, n, k, sms)
 
     stages = 0
     for s in range(MAX_STAGES, 0, -1):

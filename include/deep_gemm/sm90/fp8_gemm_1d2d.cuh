@@ -68,6 +68,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
     constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     constexpr uint32_t kNumSBBlocks = ceil_div(SHAPE_N, 128u);
     constexpr bool kMayStraddle = fp8_gemm_may_straddle<BLOCK_N>();
+    constexpr uint32_t kScaleGcd = const_gcd(BLOCK_N, 128u);
+    // Where a tile crosses into the next 128-wide RHS scale block depends on n_start % 128, a multiple of
+    // gcd(BLOCK_N, 128): that many straddle cases, each with its own split column.
+    constexpr uint32_t kNumStraddleCases = kMayStraddle ? 128 / kScaleGcd : 1;
+    constexpr uint32_t kMaxStaticStraddleCases = 4;
     using WGMMA = FP8WGMMA<BLOCK_N>;
     using Epilogue = BF16Epilogue<BLOCK_M, BLOCK_N, kSwizzleDBytes>;
     constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
@@ -213,12 +218,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
             }
         };
         // Promotion: final += partial * SA(row) * SB(n block of the column, k block).
+        // `straddle` is the tile's straddle case (see kNumStraddleCases): a cute::Int (columns' scales chosen at
+        // compile time) or a uint32_t (chosen per column at run time).
         auto promote = [&](float* final_acc, const float* acc, float sa_lo, float sa_hi, uint32_t k_block,
-                           uint32_t straddle_col) {
+                           auto straddle) {
             const float sb0 = ld_shared(tile_sb + k_block);
             const float sb1 = kMayStraddle ? ld_shared(tile_sb + kNumKBlocks + k_block) : sb0;
             const float s_lo0 = sa_lo * sb0, s_hi0 = sa_hi * sb0;
             const float s_lo1 = sa_lo * sb1, s_hi1 = sa_hi * sb1;
+            const uint32_t straddle_col = 128 - static_cast<uint32_t>(straddle) * kScaleGcd;
             #pragma unroll
             for (uint32_t c = 0; c < kNumAccum / 4; ++c) {
                 const bool second = kMayStraddle and c * 8 >= straddle_col;
@@ -279,15 +287,14 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
         }
         while (has_tile) {
             const uint32_t n_start = n_block * BLOCK_N;
-            const uint32_t sb_block0 = n_start / 128;
             tile_sb = wg_sb + sb_buf * kNumSBPerTile;
             uint32_t next_m_block, next_n_block;
             const bool has_next = scheduler.next(next_m_block, next_n_block);
             float next_sb[kSBPerThread];
             if (has_next)
                 fetch_sb(next_n_block, next_sb);
-            // Columns at or past `straddle_col` of this tile belong to the next scale block (a multiple of 8).
-            const uint32_t straddle_col = kMayStraddle ? (sb_block0 + 1) * 128 - n_start : BLOCK_N;
+            // Which of the kNumStraddleCases column splits this tile has.
+            const uint32_t straddle_case = kMayStraddle ? (n_start % 128) / kScaleGcd : 0;
 
             #pragma unroll
             for (uint32_t s = 0; s < kNumSubTiles; ++s)
@@ -295,68 +302,84 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     final_accum[s][i] = 0;
 
-            if constexpr (kOverlapPromotion) {
-                float sa_lo[2], sa_hi[2];
-                uint32_t cur_stage = 0;
-                // Steady step for K block k_block (in buffer kCur): put k_block + 1 in flight, then promote k_block.
-                auto step = [&](auto parity, uint32_t k_block) {
-                    constexpr uint32_t kCur = decltype(parity)::value, kNext = 1 - kCur;
-                    const uint32_t done_stage = cur_stage;
-                    wait_full(stage, phase);
-                    load_sa(stage, 0, sa_lo[kNext], sa_hi[kNext]);
-                    issue_mma(stage, 0, partial[kNext]);
-                    cur_stage = stage;
-                    advance(stage, phase);
-                    cute::warpgroup_wait<1>();
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        cute::warpgroup_fence_operand(partial[kCur][i]);
-                    release(done_stage);
-                    promote(final_accum[0], partial[kCur], sa_lo[kCur], sa_hi[kCur], k_block, straddle_col);
-                };
-                // A chunk of kLen K blocks, pipelined inside and drained at its end.
-                // NOTES: an accumulator still in flight across a loop edge makes ptxas serialise every WGMMA
-                // (C7514) or inject waits (C7517), and unrolling all of K costs minutes of compile time at
-                // k = 16384; chunks of kOverlapChunk blocks keep both the pipeline and compile time short, at
-                // the price of one exposed promotion per chunk.
-                auto run_chunk = [&](auto len, uint32_t k0) {
-                    constexpr uint32_t kLen = decltype(len)::value;
-                    wait_full(stage, phase);
-                    load_sa(stage, 0, sa_lo[0], sa_hi[0]);
-                    issue_mma(stage, 0, partial[0]);
-                    cur_stage = stage;
-                    advance(stage, phase);
-                    static_for<kLen - 1>([&](auto i) { step(cute::Int<decltype(i)::value % 2>{}, k0 + i); });
-                    constexpr uint32_t kLast = (kLen - 1) % 2;
-                    cute::warpgroup_wait<0>();
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        cute::warpgroup_fence_operand(partial[kLast][i]);
-                    release(cur_stage);
-                    promote(final_accum[0], partial[kLast], sa_lo[kLast], sa_hi[kLast], k0 + kLen - 1,
-                            straddle_col);
-                };
-                constexpr uint32_t kOverlapChunk = 8;
-                #pragma unroll 1
-                for (uint32_t k0 = 0; k0 + kOverlapChunk <= kNumKBlocks; k0 += kOverlapChunk)
-                    run_chunk(cute::Int<kOverlapChunk>{}, k0);
-                if constexpr (kNumKBlocks % kOverlapChunk != 0)
-                    run_chunk(cute::Int<kNumKBlocks % kOverlapChunk>{}, kNumKBlocks / kOverlapChunk * kOverlapChunk);
-            } else {
-                for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
-                    wait_full(stage, phase);
-                    #pragma unroll
-                    for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                        float sa_lo, sa_hi;
-                        load_sa(stage, s, sa_lo, sa_hi);
-                        issue_mma(stage, s, partial[0]);
+            auto k_loop = [&](auto straddle) {
+                if constexpr (kOverlapPromotion) {
+                    float sa_lo[2], sa_hi[2];
+                    uint32_t cur_stage = 0;
+                    // Steady step for K block k_block (in buffer kCur): put k_block + 1 in flight, then promote k_block.
+                    auto step = [&](auto parity, uint32_t k_block) {
+                        constexpr uint32_t kCur = decltype(parity)::value, kNext = 1 - kCur;
+                        const uint32_t done_stage = cur_stage;
+                        wait_full(stage, phase);
+                        load_sa(stage, 0, sa_lo[kNext], sa_hi[kNext]);
+                        issue_mma(stage, 0, partial[kNext]);
+                        cur_stage = stage;
+                        advance(stage, phase);
+                        cute::warpgroup_wait<1>();
+                        #pragma unroll
+                        for (uint32_t i = 0; i < kNumAccum; ++i)
+                            cute::warpgroup_fence_operand(partial[kCur][i]);
+                        release(done_stage);
+                        promote(final_accum[0], partial[kCur], sa_lo[kCur], sa_hi[kCur], k_block, straddle);
+                    };
+                    // A chunk of kLen K blocks, pipelined inside and drained at its end.
+                    // NOTES: an accumulator still in flight across a loop edge makes ptxas serialise every WGMMA
+                    // (C7514) or inject waits (C7517), and unrolling all of K costs minutes of compile time at
+                    // k = 16384; chunks of kOverlapChunk blocks keep both the pipeline and compile time short, at
+                    // the price of one exposed promotion per chunk.
+                    auto run_chunk = [&](auto len, uint32_t k0) {
+                        constexpr uint32_t kLen = decltype(len)::value;
+                        wait_full(stage, phase);
+                        load_sa(stage, 0, sa_lo[0], sa_hi[0]);
+                        issue_mma(stage, 0, partial[0]);
+                        cur_stage = stage;
+                        advance(stage, phase);
+                        static_for<kLen - 1>([&](auto i) { step(cute::Int<decltype(i)::value % 2>{}, k0 + i); });
+                        constexpr uint32_t kLast = (kLen - 1) % 2;
                         cute::warpgroup_wait<0>();
-                        if (s + 1 == kNumSubTiles)
-                            release(stage);
-                        promote(final_accum[s], partial[0], sa_lo, sa_hi, k_block, straddle_col);
+                        #pragma unroll
+                        for (uint32_t i = 0; i < kNumAccum; ++i)
+                            cute::warpgroup_fence_operand(partial[kLast][i]);
+                        release(cur_stage);
+                        promote(final_accum[0], partial[kLast], sa_lo[kLast], sa_hi[kLast], k0 + kLen - 1,
+                                straddle);
+                    };
+                    constexpr uint32_t kOverlapChunk = 8;
+                    #pragma unroll 1
+                    for (uint32_t k0 = 0; k0 + kOverlapChunk <= kNumKBlocks; k0 += kOverlapChunk)
+                        run_chunk(cute::Int<kOverlapChunk>{}, k0);
+                    if constexpr (kNumKBlocks % kOverlapChunk != 0)
+                        run_chunk(cute::Int<kNumKBlocks % kOverlapChunk>{}, kNumKBlocks / kOverlapChunk * kOverlapChunk);
+                } else {
+                    for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
+                        wait_full(stage, phase);
+                        #pragma unroll
+                        for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                            float sa_lo, sa_hi;
+                            load_sa(stage, s, sa_lo, sa_hi);
+                            issue_mma(stage, s, partial[0]);
+                            cute::warpgroup_wait<0>();
+                            if (s + 1 == kNumSubTiles)
+                                release(stage);
+                            promote(final_accum[s], partial[0], sa_lo, sa_hi, k_block, straddle);
+                        }
+                        advance(stage, phase);
                     }
-                    advance(stage, phase);
                 }
+            };
+            // NOTES: a per-column run-time choice of RHS scale cost 15-20% of the whole GEMM at BLOCK_N = 112..192
+            // (measured on the H200); with few straddle cases the whole K loop is instantiated once per case
+            // and picked per tile, with many it stays a run-time choice (the heuristic avoids those widths
+            // where the GEMM is compute-bound).
+            if constexpr (kNumStraddleCases == 1) {
+                k_loop(cute::Int<0>{});
+            } else if constexpr (kNumStraddleCases <= kMaxStaticStraddleCases) {
+                static_for<kNumStraddleCases>([&](auto c) {
+                    if (straddle_case == decltype(c)::value)
+                        k_loop(c);
+                });
+            } else {
+                k_loop(straddle_case);
             }
 
             // ---- Epilogue (per warpgroup) ----
