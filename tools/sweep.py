@@ -19,13 +19,13 @@ from deep_gemm.launchers import sm90_fp8_gemm_1d2d
 from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequant_per_token
 
 
-def candidates(m, n, k, bms, bns, sms):
+def candidates(m, n, k, bms, bns, sms, max_stages=8):
     out = []
     for bm in bms:
         for bn in bns:
             if bm == 256 and bn > 128:
                 continue
-            stages = max(s for s in range(1, 9) if sm90_smem_size(k, bm, bn, s) <= SMEM_BUDGET)
+            stages = max(s for s in range(1, max_stages + 1) if sm90_smem_size(k, bm, bn, s) <= SMEM_BUDGET)
             tiles = ceil_div(m, bm) * ceil_div(n, bn)
             for mc, on_a in ((1, True), (2, True), (2, False)):
                 if mc == 2 and on_a and ceil_div(n, bn) % 2:
@@ -50,13 +50,15 @@ def main():
     p.add_argument("--bm", type=int, nargs="*", default=[128, 256])
     p.add_argument("--bn", type=int, nargs="*", default=[96, 112, 128, 144, 160])
     p.add_argument("--num-tests", type=int, default=15)
+    p.add_argument("--max-stages", type=int, nargs="*", default=[8], help="also try shallower pipelines")
     args = p.parse_args()
     sms = deep_gemm.get_num_sms()
     work = []
     for s in args.shapes:
         m, n, k = (int(v) for v in s.split("x"))
-        for cfg in candidates(m, n, k, args.bm, args.bn, sms):
-            work.append((m, n, k, cfg))
+        for max_stages in args.max_stages:
+            for cfg in candidates(m, n, k, args.bm, args.bn, sms, max_stages):
+                work.append((m, n, k, cfg))
     with ProcessPoolExecutor(16) as pool:
         list(pool.map(_build, [(n, k, c) for _, n, k, c in work]))
     current = None
