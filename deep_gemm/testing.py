@@ -23,10 +23,11 @@ def per_token_cast_to_fp8(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
     m, k = x.shape
-    xp = _pad_last(x.float(), 128).view(m, -1, 128)
+    xp = _pad_last(x.float(), 128)
+    xp = xp.view(m, xp.shape[1] // 128, 128)
     amax = xp.abs().amax(dim=2, keepdim=True).clamp(min=1e-4)
     scale = amax / FP8_MAX
-    fp8 = (xp / scale).to(torch.float8_e4m3fn).view(m, -1)[:, :k].contiguous()
+    fp8 = (xp / scale).to(torch.float8_e4m3fn).view(m, xp.shape[1] * 128)[:, :k].contiguous()
     return fp8, scale.squeeze(2).contiguous()
 
 

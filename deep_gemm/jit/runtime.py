@@ -52,19 +52,26 @@ class LoadedKernel:
                 self._functions[device_index] = f
         return f
 
-    def launch(self, device_index: int, grid: int, cluster: int, stream: int, args: Tuple[Sequence, Sequence]):
+    def launch_config(self, device_index: int, grid: int, cluster: int):
+        """A reusable launch configuration (set `.hStream` before each launch)."""
         cu = _driver()
         config = cu.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
         config.blockDimX, config.blockDimY, config.blockDimZ = self.num_threads, 1, 1
         config.sharedMemBytes = self.smem_size
-        config.hStream = stream
         attr = cu.CUlaunchAttribute()
         attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
         config.attrs = [attr]
         config.numAttrs = 1
-        check(cu.cuLaunchKernelEx(config, self.function(device_index), args, 0))
+        return config, self.function(device_index)
+
+    @staticmethod
+    def launch(config, function, stream: int, args: Tuple[Sequence, Sequence]) -> None:
+        config.hStream = stream
+        err = _driver().cuLaunchKernelEx(config, function, args, 0)
+        if err[0] != 0:
+            check(err)
 
 
 def ensure_context(device_index: int) -> None:

@@ -27,6 +27,8 @@ def kernel_source(n: int, k: int, config: GemmConfig) -> jit.KernelSource:
 class _Plan:
     config: GemmConfig
     kernel: LoadedKernel
+    launch_config: object  # CUlaunchConfig, reused across calls
+    function: object       # CUfunction of the device
 
 
 _plans: Dict[Tuple, _Plan] = {}
@@ -43,7 +45,8 @@ def _plan(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str,
             print(f"[deep_gemm] m={m} n={n} k={k}: {config}", file=sys.stderr)
         ensure_context(device_index)
         kernel = jit.load(kernel_source(n, k, config), arch, config.num_threads, config.smem_size)
-        plan = _plans[key] = _Plan(config, kernel)
+        launch_config, function = kernel.launch_config(device_index, config.num_sms, config.num_multicast)
+        plan = _plans[key] = _Plan(config, kernel, launch_config, function)
     return plan
 
 
@@ -65,4 +68,4 @@ def launch(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
     map_d = make_2d_tma(out.data_ptr(), 2, n, m, tma_row_stride(out), d_box, 64, cfg.swizzle_d_bytes)
     stream = torch.cuda.current_stream(a.device).cuda_stream
     args = ((map_a, map_b, map_sa, map_d, sb.data_ptr(), m), (None, None, None, None, PTR, U32))
-    plan.kernel.launch(device_index, cfg.num_sms, cfg.num_multicast, stream, args)
+    LoadedKernel.launch(plan.launch_config, plan.function, stream, args)

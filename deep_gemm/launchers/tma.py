@@ -1,4 +1,6 @@
 """TMA descriptor construction (cuTensorMapEncodeTiled)."""
+import functools
+
 import torch
 
 from ..jit.runtime import check
@@ -15,17 +17,29 @@ def make_2d_tma(ptr: int, element_size: int, inner: int, outer: int, outer_strid
 
     Out-of-bounds elements of a box read as zero and are not written by stores.
     """
-    from cuda.bindings import driver as cu
-    dtype = getattr(cu.CUtensorMapDataType, _DTYPE[element_size])
-    swizzle = getattr(cu.CUtensorMapSwizzle, _SWIZZLE[swizzle_bytes])
-    promo = (cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B if l2_promotion_256
-             else cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE)
-    return check(cu.cuTensorMapEncodeTiled(
-        dtype, 2, ptr, [cu.cuuint64_t(inner), cu.cuuint64_t(outer)],
+    e = _enums()
+    cu = e["cu"]
+    err, tensor_map = cu.cuTensorMapEncodeTiled(
+        e["dtype"][element_size], 2, ptr, [cu.cuuint64_t(inner), cu.cuuint64_t(outer)],
         [cu.cuuint64_t(outer_stride_elems * element_size)], [cu.cuuint32_t(box_inner), cu.cuuint32_t(box_outer)],
-        [cu.cuuint32_t(1), cu.cuuint32_t(1)],
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promo,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+        e["ones"], e["interleave"], e["swizzle"][swizzle_bytes], e["promo"][l2_promotion_256], e["oob"])
+    if err != e["success"]:
+        check((err,))
+    return tensor_map
+
+
+@functools.lru_cache(maxsize=None)
+def _enums() -> dict:
+    from cuda.bindings import driver as cu
+    return dict(
+        cu=cu, success=cu.CUresult.CUDA_SUCCESS,
+        dtype={size: getattr(cu.CUtensorMapDataType, name) for size, name in _DTYPE.items()},
+        swizzle={size: getattr(cu.CUtensorMapSwizzle, name) for size, name in _SWIZZLE.items()},
+        promo={True: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               False: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE},
+        interleave=cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        oob=cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ones=[cu.cuuint32_t(1), cu.cuuint32_t(1)])
 
 
 def tma_row_stride(t: torch.Tensor) -> int:

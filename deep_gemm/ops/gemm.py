@@ -61,8 +61,16 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
     sa = get_col_major_tma_aligned_tensor(sa)
     if not sb.is_contiguous():
         sb = sb.contiguous()
-    with torch.cuda.device(device):
-        target = torch.empty((m, align(n, 8)), dtype=out.dtype, device=device) if ragged_n else out
-        sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, target, get_num_sms(device.index), arch)
-        if ragged_n:
-            out.copy_(target[:, :n])
+    # NOTES: switching devices costs microseconds; only do it for tensors off the current device.
+    if device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            _launch(a, sa, b, sb, out, m, n, ragged_n, device, arch)
+    else:
+        _launch(a, sa, b, sb, out, m, n, ragged_n, device, arch)
+
+
+def _launch(a, sa, b, sb, out, m, n, ragged_n, device, arch) -> None:
+    target = torch.empty((m, align(n, 8)), dtype=out.dtype, device=device) if ragged_n else out
+    sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, target, get_num_sms(device.index), arch)
+    if ragged_n:
+        out.copy_(target[:, :n])
