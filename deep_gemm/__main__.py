@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import List, Tuple
 
+from .envs import read_env
 from .heuristics import GemmProblem, get_config
 from .jit.compiler import SUPPORTED_ARCHS
 
@@ -72,7 +73,7 @@ def cmd_compile(args) -> int:
                   f"stages={config.num_stages} multicast={config.num_multicast}{'A' if config.multicast_on_a else 'B'} "
                   f"sms={config.num_sms} in {secs:.2f} s")
     print(f"{len(work) - failures} kernels ready, {failures} failed, {time.perf_counter() - start:.1f} s total "
-          f"(cache: {os.environ.get('DG_JIT_CACHE_DIR') or '~/.deep_gemm'})")
+          f"(cache: {read_env().jit_cache_dir})")
     return 1 if failures else 0
 
 
