@@ -79,8 +79,9 @@ def main():
         fn()
         diff = calc_diff(out, ref)
         t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=args.num_tests)
-        print(f"  {cfg.block_m}x{cfg.block_n} st{cfg.num_stages} mc{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
-              f" sms{cfg.num_sms}: {t * 1e6:8.1f} us {2 * m * n * k / t / 1e12:6.0f} TFLOPS diff {diff:.1e}", flush=True)
+        mc = f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
+        print(f"  {cfg.block_m}x{cfg.block_n} st{cfg.num_stages} mc{mc} sms{cfg.num_sms}: {t * 1e6:8.1f} us "
+              f"{2 * m * n * k / t / 1e12:6.0f} TFLOPS diff {diff:.1e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -91,7 +91,8 @@ class KernelCache:
                 meta = json.load(f)
             with open(os.path.join(path, CUBIN), "rb") as f:
                 cubin = f.read()
-            ok = (isinstance(meta, dict) and meta.get("format") == _FORMAT and meta.get("key") == key and len(cubin) == meta.get("size")
+            ok = (isinstance(meta, dict) and meta.get("format") == _FORMAT and meta.get("key") == key
+                  and len(cubin) == meta.get("size")
                   and cubin[:4] == b"\x7fELF" and hashlib.sha256(cubin).hexdigest() == meta.get("sha256"))
         except (OSError, ValueError):
             ok = False

@@ -47,7 +47,8 @@ constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
     // RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][kNumKBlocks] fp32
     constexpr uint32_t sb = align_up<uint32_t>(
-        fp8_gemm_num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4, 8);
+        fp8_gemm_num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4,
+        8);
     return d + kNumStages * stage + sb + kNumStages * 2 * 8;
 }
 
@@ -78,7 +79,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
     constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
 
     DG_STATIC_ASSERT(BLOCK_M == 64 or BLOCK_M == 128 or BLOCK_M == 256, "BLOCK_M must be 64, 128 or 256");
-    DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 8 and BLOCK_N <= 256, "BLOCK_N must be a multiple of 8 in [8, 256]");
+    DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 8 and BLOCK_N <= 256,
+                     "BLOCK_N must be a multiple of 8 in [8, 256]");
     DG_STATIC_ASSERT(BLOCK_N <= 128 + const_gcd(BLOCK_N, 128u),
                      "a BLOCK_N tile may touch at most two 128-wide RHS scale blocks");
     DG_STATIC_ASSERT(kNumSubTiles * kNumAccum <= 128, "final accumulators would not fit in the register budget");
@@ -157,13 +159,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     uint8_t* dst_b = smem_b + stage * kSmemBBytes;
                     if constexpr (kNumMulticast > 1 and kMulticastOnA) {
                         if (is_leader)
-                            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tensor_map_a, bar, 0b11, kCacheHint, dst_a, k_idx, m_idx);
+                            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tensor_map_a, bar, 0b11, kCacheHint, dst_a,
+                                                                   k_idx, m_idx);
                     } else {
                         cute::SM90_TMA_LOAD_2D::copy(&tensor_map_a, bar, kCacheHint, dst_a, k_idx, m_idx);
                     }
                     if constexpr (kNumMulticast > 1 and not kMulticastOnA) {
                         if (is_leader)
-                            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tensor_map_b, bar, 0b11, kCacheHint, dst_b, k_idx, n_idx);
+                            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tensor_map_b, bar, 0b11, kCacheHint, dst_b,
+                                                                   k_idx, n_idx);
                     } else {
                         cute::SM90_TMA_LOAD_2D::copy(&tensor_map_b, bar, kCacheHint, dst_b, k_idx, n_idx);
                     }
@@ -306,7 +310,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                 if constexpr (kOverlapPromotion) {
                     float sa_lo[2], sa_hi[2];
                     uint32_t cur_stage = 0;
-                    // Steady step for K block k_block (in buffer kCur): put k_block + 1 in flight, then promote k_block.
+                    // Steady step for K block k_block (in buffer kCur): put k_block + 1 in flight, then promote
+                    // k_block.
                     auto step = [&](auto parity, uint32_t k_block) {
                         constexpr uint32_t kCur = decltype(parity)::value, kNext = 1 - kCur;
                         const uint32_t done_stage = cur_stage;
@@ -349,7 +354,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     for (uint32_t k0 = 0; k0 + kOverlapChunk <= kNumKBlocks; k0 += kOverlapChunk)
                         run_chunk(cute::Int<kOverlapChunk>{}, k0);
                     if constexpr (kNumKBlocks % kOverlapChunk != 0)
-                        run_chunk(cute::Int<kNumKBlocks % kOverlapChunk>{}, kNumKBlocks / kOverlapChunk * kOverlapChunk);
+                        run_chunk(cute::Int<kNumKBlocks % kOverlapChunk>{},
+                                  kNumKBlocks / kOverlapChunk * kOverlapChunk);
                 } else {
                     // NOTES: unrolling lets the compiler run scale loads and barrier waits ahead: +4-7% at 256x128 and
                     // 128x192 on the H200 (measured).
@@ -395,7 +401,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
             named_barrier_sync<128>(2 + math_wg);
             #pragma unroll
             for (uint32_t s = 0; s < kNumSubTiles; ++s)
-                Epilogue::write_warp(smem_d, final_accum[s], (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row, lane_idx);
+                Epilogue::write_warp(smem_d, final_accum[s], (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row,
+                                     lane_idx);
             cute::tma_store_fence();
             named_barrier_sync<128>(2 + math_wg);
             if (is_wg_leader) {
