@@ -188,11 +188,20 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
         const float* tile_sb = nullptr;  // this tile's RHS scales (set per tile below)
         // Stage pieces shared by both K loops below.
         auto wait_full = [&](uint32_t stage, uint32_t phase) { full_barriers[stage].wait(phase); };
-        // This thread's two LHS scales (rows lane_row and lane_row + 8 of its warp) of sub-tile s.
-        auto load_sa = [&](uint32_t stage, uint32_t s, float& lo, float& hi) {
+        // Promotion multipliers SA(row) * SB(scale block, k block) of this thread's rows (lane_row and
+        // lane_row + 8 of its warp) in sub-tile s, for the tile's first and (if it straddles) second RHS scale
+        // block. NOTES: loaded before the K block's WGMMAs are issued so that neither the shared-memory latency
+        // nor the multiplies sit between the WGMMA wait and the promotion.
+        struct Scales {
+            float lo0, hi0, lo1, hi1;
+        };
+        auto load_scales = [&](uint32_t stage, uint32_t s, uint32_t k_block) {
             const float* sa_stage = smem_sa + stage * BLOCK_M + (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row;
-            lo = ld_shared(sa_stage + lane_row);
-            hi = ld_shared(sa_stage + lane_row + 8);
+            const float sa_lo = ld_shared(sa_stage + lane_row);
+            const float sa_hi = ld_shared(sa_stage + lane_row + 8);
+            const float sb0 = ld_shared(tile_sb + k_block);
+            const float sb1 = kMayStraddle ? ld_shared(tile_sb + kNumKBlocks + k_block) : sb0;
+            return Scales{sa_lo * sb0, sa_hi * sb0, sa_lo * sb1, sa_hi * sb1};
         };
         // Issue (not wait for) the four k32 WGMMAs of one 128-wide K block of sub-tile s into acc.
         auto issue_mma = [&](uint32_t stage, uint32_t s, float* acc) {
@@ -224,18 +233,13 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
         // Promotion: final += partial * SA(row) * SB(n block of the column, k block).
         // `straddle` is the tile's straddle case (see kNumStraddleCases): a cute::Int (columns' scales chosen at
         // compile time) or a uint32_t (chosen per column at run time).
-        auto promote = [&](float* final_acc, const float* acc, float sa_lo, float sa_hi, uint32_t k_block,
-                           auto straddle) {
-            const float sb0 = ld_shared(tile_sb + k_block);
-            const float sb1 = kMayStraddle ? ld_shared(tile_sb + kNumKBlocks + k_block) : sb0;
-            const float s_lo0 = sa_lo * sb0, s_hi0 = sa_hi * sb0;
-            const float s_lo1 = sa_lo * sb1, s_hi1 = sa_hi * sb1;
+        auto promote = [&](float* final_acc, const float* acc, const Scales& scales, auto straddle) {
             const uint32_t straddle_col = 128 - static_cast<uint32_t>(straddle) * kScaleGcd;
             #pragma unroll
             for (uint32_t c = 0; c < kNumAccum / 4; ++c) {
                 const bool second = kMayStraddle and c * 8 >= straddle_col;
-                const float s_lo = second ? s_lo1 : s_lo0;
-                const float s_hi = second ? s_hi1 : s_hi0;
+                const float s_lo = second ? scales.lo1 : scales.lo0;
+                const float s_hi = second ? scales.hi1 : scales.hi0;
                 final_acc[c * 4 + 0] += s_lo * acc[c * 4 + 0];
                 final_acc[c * 4 + 1] += s_lo * acc[c * 4 + 1];
                 final_acc[c * 4 + 2] += s_hi * acc[c * 4 + 2];
@@ -308,7 +312,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
 
             auto k_loop = [&](auto straddle) {
                 if constexpr (kOverlapPromotion) {
-                    float sa_lo[2], sa_hi[2];
+                    Scales scales[2];
                     uint32_t cur_stage = 0;
                     // Steady step for K block k_block (in buffer kCur): put k_block + 1 in flight, then promote
                     // k_block.
@@ -316,7 +320,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                         constexpr uint32_t kCur = decltype(parity)::value, kNext = 1 - kCur;
                         const uint32_t done_stage = cur_stage;
                         wait_full(stage, phase);
-                        load_sa(stage, 0, sa_lo[kNext], sa_hi[kNext]);
+                        scales[kNext] = load_scales(stage, 0, k_block + 1);
                         issue_mma(stage, 0, partial[kNext]);
                         cur_stage = stage;
                         advance(stage, phase);
@@ -325,7 +329,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                         for (uint32_t i = 0; i < kNumAccum; ++i)
                             cute::warpgroup_fence_operand(partial[kCur][i]);
                         release(done_stage);
-                        promote(final_accum[0], partial[kCur], sa_lo[kCur], sa_hi[kCur], k_block, straddle);
+                        promote(final_accum[0], partial[kCur], scales[kCur], straddle);
                     };
                     // A chunk of kLen K blocks, pipelined inside and drained at its end.
                     // NOTES: an accumulator still in flight across a loop edge makes ptxas serialise every WGMMA
@@ -335,7 +339,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     auto run_chunk = [&](auto len, uint32_t k0) {
                         constexpr uint32_t kLen = decltype(len)::value;
                         wait_full(stage, phase);
-                        load_sa(stage, 0, sa_lo[0], sa_hi[0]);
+                        scales[0] = load_scales(stage, 0, k0);
                         issue_mma(stage, 0, partial[0]);
                         cur_stage = stage;
                         advance(stage, phase);
@@ -346,8 +350,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                         for (uint32_t i = 0; i < kNumAccum; ++i)
                             cute::warpgroup_fence_operand(partial[kLast][i]);
                         release(cur_stage);
-                        promote(final_accum[0], partial[kLast], sa_lo[kLast], sa_hi[kLast], k0 + kLen - 1,
-                                straddle);
+                        promote(final_accum[0], partial[kLast], scales[kLast], straddle);
                     };
                     constexpr uint32_t kOverlapChunk = 8;
                     #pragma unroll 1
@@ -357,20 +360,18 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                         run_chunk(cute::Int<kNumKBlocks % kOverlapChunk>{},
                                   kNumKBlocks / kOverlapChunk * kOverlapChunk);
                 } else {
-                    // NOTES: unrolling lets the compiler run scale loads and barrier waits ahead: +4-7% at 256x128 and
-                    // 128x192 on the H200 (measured).
+                    // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
                     #pragma unroll 4
                     for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                         wait_full(stage, phase);
                         #pragma unroll
                         for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                            float sa_lo, sa_hi;
-                            load_sa(stage, s, sa_lo, sa_hi);
+                            const Scales scales = load_scales(stage, s, k_block);
                             issue_mma(stage, s, partial[0]);
                             cute::warpgroup_wait<0>();
                             if (s + 1 == kNumSubTiles)
                                 release(stage);
-                            promote(final_accum[s], partial[0], sa_lo, sa_hi, k_block, straddle);
+                            promote(final_accum[s], partial[0], scales, straddle);
                         }
                         advance(stage, phase);
                     }
