@@ -31,8 +31,10 @@ timeout 300 python benchmarks/bench.py --json "$OUTDIR/bench.json" 2>&1 | grep -
 echo "== compute-sanitizer (memcheck, synccheck) on a multicast config and a ragged one"
 for tool in memcheck synccheck; do
     for cfg in "1024 4096 1024 256 128 2A" "130 2104 576 128 192 1" "65 2104 208 64 112 1"; do
-        timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python tools/run_config.py $cfg --calls 1 \
-            > "$OUTDIR/sanitizer.log" 2>&1
-        echo "$tool [$cfg]: exit $? $(grep -E 'ERROR SUMMARY' "$OUTDIR/sanitizer.log" | tail -1)"
+        # NOTES: host API errors are not reported: cuda-bindings probes driver entry points that driver 580
+        # lacks (cuGetProcAddress returns CUDA_ERROR_INVALID_VALUE, harmlessly).
+        timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
+            python tools/run_config.py $cfg --calls 1 > "$OUTDIR/sanitizer_${tool}.log" 2>&1
+        echo "$tool [$cfg]: exit $? $(grep -E "ERROR SUMMARY" "$OUTDIR/sanitizer_${tool}.log" | tail -1)"
     done
 done
