@@ -314,22 +314,30 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                 if constexpr (kOverlapPromotion) {
                     Scales scales[2];
                     uint32_t cur_stage = 0;
-                    // Steady step for K block k_block (in buffer kCur): put k_block + 1 in flight, then promote
-                    // k_block.
-                    auto step = [&](auto parity, uint32_t k_block) {
-                        constexpr uint32_t kCur = decltype(parity)::value, kNext = 1 - kCur;
-                        const uint32_t done_stage = cur_stage;
+                    // Put the next K block's WGMMAs in flight into buffer kBuf (the scales of K block k_block).
+                    auto issue_next = [&](auto buf, uint32_t k_block) {
                         wait_full(stage, phase);
-                        scales[kNext] = load_scales(stage, 0, k_block + 1);
-                        issue_mma(stage, 0, partial[kNext]);
+                        scales[decltype(buf)::value] = load_scales(stage, 0, k_block);
+                        issue_mma(stage, 0, partial[decltype(buf)::value]);
                         cur_stage = stage;
                         advance(stage, phase);
-                        cute::warpgroup_wait<1>();
+                    };
+                    // Buffer kBuf's WGMMAs are complete: free their stage and promote them.
+                    auto retire = [&](auto buf, uint32_t done_stage) {
                         #pragma unroll
                         for (uint32_t i = 0; i < kNumAccum; ++i)
-                            cute::warpgroup_fence_operand(partial[kCur][i]);
+                            cute::warpgroup_fence_operand(partial[decltype(buf)::value][i]);
                         release(done_stage);
-                        promote(final_accum[0], partial[kCur], scales[kCur], straddle);
+                        promote(final_accum[0], partial[decltype(buf)::value], scales[decltype(buf)::value],
+                                straddle);
+                    };
+                    // Steady step for K block k_block (in buffer `parity`): put k_block + 1 in flight, then
+                    // promote k_block.
+                    auto step = [&](auto parity, uint32_t k_block) {
+                        const uint32_t done_stage = cur_stage;
+                        issue_next(cute::Int<1 - decltype(parity)::value>{}, k_block + 1);
+                        cute::warpgroup_wait<1>();
+                        retire(parity, done_stage);
                     };
                     // A chunk of kLen K blocks, pipelined inside and drained at its end.
                     // NOTES: an accumulator still in flight across a loop edge makes ptxas serialise every WGMMA
@@ -338,19 +346,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     // the price of one exposed promotion per chunk.
                     auto run_chunk = [&](auto len, uint32_t k0) {
                         constexpr uint32_t kLen = decltype(len)::value;
-                        wait_full(stage, phase);
-                        scales[0] = load_scales(stage, 0, k0);
-                        issue_mma(stage, 0, partial[0]);
-                        cur_stage = stage;
-                        advance(stage, phase);
+                        issue_next(cute::Int<0>{}, k0);
                         static_for<kLen - 1>([&](auto i) { step(cute::Int<decltype(i)::value % 2>{}, k0 + i); });
-                        constexpr uint32_t kLast = (kLen - 1) % 2;
                         cute::warpgroup_wait<0>();
-                        #pragma unroll
-                        for (uint32_t i = 0; i < kNumAccum; ++i)
-                            cute::warpgroup_fence_operand(partial[kLast][i]);
-                        release(cur_stage);
-                        promote(final_accum[0], partial[kLast], scales[kLast], straddle);
+                        retire(cute::Int<(kLen - 1) % 2>{}, cur_stage);
                     };
                     constexpr uint32_t kOverlapChunk = 8;
                     #pragma unroll 1
