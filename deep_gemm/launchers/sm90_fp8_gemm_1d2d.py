@@ -10,7 +10,7 @@ from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, get_config
 from ..utils import get_tma_aligned_size
 from ..jit.runtime import PTR, U32, LoadedKernel, ensure_context
-from .tma import make_2d_tma, tma_row_stride
+from .tma import cached_2d_tma, current_raw_stream, tma_row_stride
 
 HEADER = "deep_gemm/sm90/fp8_gemm_1d2d.cuh"
 FUNCTION = "deep_gemm::sm90::fp8_gemm_1d2d_impl"
@@ -59,13 +59,12 @@ def launch(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
     device_index = a.device.index
     plan = _plan(m, n, k, num_sms, device_index, arch, config)
     cfg = plan.config
-    map_a = make_2d_tma(a.data_ptr(), 1, k, m, tma_row_stride(a), 128, cfg.block_m, 128)
-    map_b = make_2d_tma(b.data_ptr(), 1, k, n, tma_row_stride(b), 128, cfg.block_n, 128)
+    map_a = cached_2d_tma(a.data_ptr(), 1, k, m, tma_row_stride(a), 128, cfg.block_m, 128)
+    map_b = cached_2d_tma(b.data_ptr(), 1, k, n, tma_row_stride(b), 128, cfg.block_n, 128)
     sa_stride = sa.stride(1) if sa.shape[1] > 1 else get_tma_aligned_size(m, 4)
-    map_sa = make_2d_tma(sa.data_ptr(), 4, m, sa.shape[1], sa_stride, cfg.block_m, 1, 0, False)
+    map_sa = cached_2d_tma(sa.data_ptr(), 4, m, sa.shape[1], sa_stride, cfg.block_m, 1, 0, False)
     d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
     # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
-    map_d = make_2d_tma(out.data_ptr(), 2, n, m, tma_row_stride(out), d_box, 64, cfg.swizzle_d_bytes)
-    stream = torch.cuda.current_stream(a.device).cuda_stream
+    map_d = cached_2d_tma(out.data_ptr(), 2, n, m, tma_row_stride(out), d_box, 64, cfg.swizzle_d_bytes)
     args = ((map_a, map_b, map_sa, map_d, sb.data_ptr(), m), (None, None, None, None, PTR, U32))
-    LoadedKernel.launch(plan.launch_config, plan.function, stream, args)
+    LoadedKernel.launch(plan.launch_config, plan.function, current_raw_stream(device_index), args)

@@ -53,19 +53,23 @@ def check_tma_matrix(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}'s data pointer must be 16-byte aligned, got offset {t.data_ptr() % 16}")
 
 
-def _span(t: torch.Tensor) -> Tuple[int, int]:
+def extent_bytes(t: torch.Tensor) -> int:
+    """Bytes from the first to one past the last element of `t` (0 when empty)."""
     if t.numel() == 0:
-        return (0, 0)
-    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-    start = t.data_ptr()
-    return start, start + (last + 1) * t.element_size()
+        return 0
+    return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def check_no_overlap_ptrs(out_name: str, out_ptr: int, out_extent: int,
+                          inputs: Sequence[Tuple[str, int, int]]) -> None:
+    """Raise if [out_ptr, out_ptr + out_extent) intersects any input's (name, ptr, extent) range."""
+    if out_extent == 0:
+        return
+    for name, ptr, ext in inputs:
+        if ext and ptr < out_ptr + out_extent and out_ptr < ptr + ext:
+            raise ValueError(f"{out_name} overlaps the memory of {name}; the output must not alias an input")
 
 
 def check_no_overlap(out: torch.Tensor, out_name: str, inputs: Sequence[Tuple[str, torch.Tensor]]) -> None:
-    o0, o1 = _span(out)
-    if o0 == o1:
-        return
-    for name, t in inputs:
-        i0, i1 = _span(t)
-        if i0 < o1 and o0 < i1:
-            raise ValueError(f"{out_name} overlaps the memory of {name}; the output must not alias an input")
+    check_no_overlap_ptrs(out_name, out.data_ptr(), extent_bytes(out),
+                          [(name, t.data_ptr(), extent_bytes(t)) for name, t in inputs])

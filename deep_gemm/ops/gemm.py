@@ -1,12 +1,50 @@
 """Dense FP8 GEMM (DeepGEMM-compatible): out = dequant(A) @ dequant(B)^T in BF16."""
-from typing import Tuple
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from ..heuristics.common import align, ceil_div
 from ..launchers import sm90_fp8_gemm_1d2d
-from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms
+from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size
 from . import checks
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the full checks concluded for one combination of dtypes, shapes, strides, devices and SM cap."""
+    action: str                 # "none" (m or n is 0), "zero" (k is 0) or "launch"
+    m: int
+    n: int
+    k: int
+    device: torch.device
+    arch: str
+    num_sms: int
+    ragged_n: bool              # n % 8 != 0: go through an aligned temporary
+    sa_ready: bool              # SA already MN-major with a TMA-aligned M stride (pointer still checked per call)
+    sb_contiguous: bool
+    extents: Tuple[int, ...]    # bytes spanned by (A, SA, B, SB, out), for the per-call overlap check
+
+
+# NOTES: the full checks read every tensor attribute several times (~20 us from Python); in steady state a call
+# only builds this key, checks the pointers (alignment, overlap) and launches.
+_layouts: Dict[tuple, _Layout] = {}
+_MAX_LAYOUTS = 4096
+
+
+def _layout_key(lhs, rhs, out) -> Optional[tuple]:
+    try:
+        a, sa = lhs
+        b, sb = rhs
+        return (a.dtype, a.shape, a.stride(), a.device, sa.dtype, sa.shape, sa.stride(), sa.device,
+                b.dtype, b.shape, b.stride(), b.device, sb.dtype, sb.shape, sb.stride(), sb.device,
+                out.dtype, out.shape, out.stride(), out.device, get_num_sms(a.device.index)
+                if a.device.type == "cuda" else None)
+    except (TypeError, ValueError, AttributeError, RuntimeError):
+        return None  # not even tensors: the full checks will say what is wrong
+
+
+_INPUT_NAMES = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)")
 
 
 def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torch.Tensor, torch.Tensor],
@@ -21,6 +59,52 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
     A, B and out need 16-byte aligned row strides (TMA); when n % 8 != 0 the result goes through an aligned
     temporary and one extra copy, because TMA stores write whole 16-byte chunks.
     """
+    key = _layout_key(lhs, rhs, out)
+    layout = _layouts.get(key) if key is not None else None
+    if layout is None:
+        layout = _check_layout(lhs, rhs, out)
+        if key is not None:
+            if len(_layouts) >= _MAX_LAYOUTS:
+                _layouts.clear()
+            _layouts[key] = layout
+    if layout.action == "none":
+        return
+    a, sa = lhs
+    b, sb = rhs
+    tensors = (a, sa, b, sb, out)
+    ptrs = tuple(t.data_ptr() for t in tensors)
+    # Per-call checks: what depends on the pointers, not on the layout.
+    if layout.action == "launch" and (ptrs[0] | ptrs[2] | (0 if layout.ragged_n else ptrs[4])) & 15:
+        for name, t in (("lhs[0] (A)", a), ("rhs[0] (B)", b)) + ((("out", out),) if not layout.ragged_n else ()):
+            checks.check_tma_matrix(t, name)
+    checks.check_no_overlap_ptrs("out", ptrs[4], layout.extents[4],
+                                 [(name, ptrs[i], layout.extents[i]) for i, name in enumerate(_INPUT_NAMES)])
+    if layout.action == "zero":
+        out.zero_()
+        return
+    if not (layout.sa_ready and ptrs[1] % 16 == 0):
+        sa = get_col_major_tma_aligned_tensor(sa)
+    if not layout.sb_contiguous:
+        sb = sb.contiguous()
+    # NOTES: switching devices costs microseconds; only do it for tensors off the current device.
+    if layout.device.index != torch.cuda.current_device():
+        with torch.cuda.device(layout.device):
+            _launch(a, sa, b, sb, out, layout)
+    else:
+        _launch(a, sa, b, sb, out, layout)
+
+
+def _launch(a, sa, b, sb, out, layout: _Layout) -> None:
+    target = out
+    if layout.ragged_n:
+        target = torch.empty((layout.m, align(layout.n, 8)), dtype=out.dtype, device=layout.device)
+    sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, target, layout.num_sms, layout.arch)
+    if layout.ragged_n:
+        out.copy_(target[:, :layout.n])
+
+
+def _check_layout(lhs, rhs, out) -> _Layout:
+    """Every layout check, with errors naming the argument; returns what a launch needs to know."""
     a, sa = checks.unpack_pair(lhs, "lhs")
     b, sb = checks.unpack_pair(rhs, "rhs")
     checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
@@ -38,39 +122,27 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
     checks.check_shape(sb, "rhs[1] (SB)", (ceil_div(n, 128), kb), "ceil(n/128) x ceil(k/128)")
     device = checks.check_same_cuda_device([("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
                                             ("rhs[1] (SB)", sb), ("out", out)])
+    extents = tuple(checks.extent_bytes(t) for t in (a, sa, b, sb, out))
+    num_sms = get_num_sms(device.index)
     if m == 0 or n == 0:
-        return
+        return _Layout("none", m, n, k, device, "", num_sms, False, False, False, extents)
     # NOTES: a TMA store writes whole 16-byte chunks of a row: with n % 8 != 0 the last chunk would spill into
     # whatever follows the row (measured on the H200), so such outputs go through an aligned temporary.
     ragged_n = n % 8 != 0
     if ragged_n:
         if n > 1 and out.stride(1) != 1:
-            raise ValueError(f"out must have a contiguous inner dimension (stride(1) == 1), got strides {out.stride()}")
+            raise ValueError(f"out must have a contiguous inner dimension (stride(1) == 1), "
+                             f"got strides {out.stride()}")
     else:
         checks.check_tma_matrix(out, "out")
-    checks.check_no_overlap(out, "out", [("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
-                                         ("rhs[1] (SB)", sb)])
+    checks.check_no_overlap(out, "out", list(zip(_INPUT_NAMES, (a, sa, b, sb))))
     if k == 0:
-        out.zero_()
-        return
+        return _Layout("zero", m, n, k, device, "", num_sms, ragged_n, False, False, extents)
     checks.check_tma_matrix(a, "lhs[0] (A)")
     checks.check_tma_matrix(b, "rhs[0] (B)")
     arch = get_device_arch(device.index)
     if arch != "sm_90a":
         raise NotImplementedError(f"gemm_fp8_fp8_bf16_nt has no kernel for {arch} yet (device {device})")
-    sa = get_col_major_tma_aligned_tensor(sa)
-    if not sb.is_contiguous():
-        sb = sb.contiguous()
-    # NOTES: switching devices costs microseconds; only do it for tensors off the current device.
-    if device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            _launch(a, sa, b, sb, out, m, n, ragged_n, device, arch)
-    else:
-        _launch(a, sa, b, sb, out, m, n, ragged_n, device, arch)
-
-
-def _launch(a, sa, b, sb, out, m, n, ragged_n, device, arch) -> None:
-    target = torch.empty((m, align(n, 8)), dtype=out.dtype, device=device) if ragged_n else out
-    sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, target, get_num_sms(device.index), arch)
-    if ragged_n:
-        out.copy_(target[:, :n])
+    aligned_m = get_tma_aligned_size(m, 4)
+    sa_ready = sa.stride(0) == 1 and (sa.stride(1) == aligned_m or kb == 1)
+    return _Layout("launch", m, n, k, device, arch, num_sms, ragged_n, sa_ready, sb.is_contiguous(), extents)

@@ -157,3 +157,20 @@ def test_check_no_overlap():
     with pytest.raises(ValueError, match="^out overlaps the memory of a"):
         checks.check_no_overlap(out, "out", [("a", buf[500:1012].view(16, 32))])
     checks.check_no_overlap(buf[:0].view(0, 32), "out", [("a", buf.view(32, 32))])
+
+
+def test_extent_bytes_and_pointer_overlap():
+    buf = torch.zeros(1024, dtype=torch.float32)
+    view = buf.as_strided((4, 3), (10, 1))
+    assert checks.extent_bytes(view) == (3 * 10 + 2 + 1) * 4
+    assert checks.extent_bytes(buf[:0]) == 0
+    checks.check_no_overlap_ptrs("out", 1000, 100, [("a", 1100, 50), ("b", 900, 100)])  # touching, not overlapping
+    with pytest.raises(ValueError, match="out overlaps the memory of b"):
+        checks.check_no_overlap_ptrs("out", 1000, 100, [("a", 1100, 50), ("b", 950, 51)])
+    checks.check_no_overlap_ptrs("out", 1000, 0, [("a", 1000, 50)])  # empty output overlaps nothing
+
+
+def test_layout_key_is_none_for_non_tensors():
+    from deep_gemm.ops.gemm import _layout_key
+    assert _layout_key((1, 2), (3, 4), 5) is None
+    assert _layout_key("ab", None, None) is None
