@@ -167,3 +167,24 @@ def test_new_m_reuses_kernels():
     from deep_gemm.heuristics import GemmProblem, get_config
     configs = {get_config(GemmProblem(m, 4096, 7168, deep_gemm.get_num_sms())) for m in (4096, 4000, 3900)}
     assert len(jit._loaded) - before <= len(configs) - 1
+
+
+def test_cached_layout_still_checks_pointers():
+    """The second call with a known layout takes the fast path; pointer problems must still be refused."""
+    lhs, rhs, ref, _ = make_inputs(256, 512, 512, seed=21)
+    store = torch.zeros((256 * 512 + 8,), dtype=torch.bfloat16, device="cuda")
+    out = store[:256 * 512].view(256, 512)
+    deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+    assert calc_diff(out, ref) < 1e-5
+    misaligned = store[1:256 * 512 + 1].view(256, 512)  # same shape and strides, pointer off by 2 bytes
+    with pytest.raises(ValueError, match="out"):
+        deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, misaligned)
+    a, sa = lhs
+    alias = torch.empty((256 * 512,), dtype=torch.bfloat16, device="cuda")
+    a_alias = alias.view(torch.float8_e4m3fn)[:256 * 512].view(256, 512)[:, :a.shape[1]]
+    a_alias.copy_(a)
+    deep_gemm.gemm_fp8_fp8_bf16_nt((a_alias, sa), rhs, torch.empty_like(out))  # fine: no aliasing
+    before = alias.clone()
+    with pytest.raises(ValueError, match="overlaps"):
+        deep_gemm.gemm_fp8_fp8_bf16_nt((a_alias, sa), rhs, alias.view(256, 512))
+    assert torch.equal(before.view(torch.int16), alias.view(torch.int16)), "a refused call wrote to out"
