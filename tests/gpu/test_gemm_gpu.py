@@ -188,3 +188,63 @@ def test_cached_layout_still_checks_pointers():
     with pytest.raises(ValueError, match="overlaps"):
         deep_gemm.gemm_fp8_fp8_bf16_nt((a_alias, sa), rhs, alias.view(256, 512))
     assert torch.equal(before.view(torch.int16), alias.view(torch.int16)), "a refused call wrote to out"
+
+
+def test_cuda_graph_capture_and_replay():
+    """Captured once, replayed on new inputs written into the same buffers: equal to eager results."""
+    m, n, k = 300, 2112, 1024
+    (a, sa), (b, sb), _, _ = make_inputs(m, n, k, seed=31)
+    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+    out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    deep_gemm.gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), out)  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        deep_gemm.gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), out)
+    for seed in (32, 33):
+        (a2, sa2), (b2, sb2), ref, _ = make_inputs(m, n, k, seed=seed)
+        a.copy_(a2), sa.copy_(sa2), b.copy_(b2), sb.copy_(sb2)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = torch.empty_like(out)
+        deep_gemm.gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), eager)
+        assert torch.equal(out.view(torch.int16), eager.view(torch.int16))
+        assert calc_diff(out, ref) < 1e-5
+
+
+def test_no_host_sync_in_a_warm_call():
+    (a, sa), (b, sb), _, _ = make_inputs(256, 1024, 512, seed=41)
+    out = torch.empty((256, 1024), dtype=torch.bfloat16, device="cuda")
+    deep_gemm.gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), out)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        deep_gemm.gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), out)  # row-major SA: includes the layout conversion
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
+def test_tensors_on_second_device():
+    """Tensors on cuda:1 while cuda:0 is current: runs on cuda:1, on cuda:1's current stream."""
+    torch.cuda.set_device(0)
+    with torch.cuda.device(1):
+        lhs, rhs, ref, _ = make_inputs(1000, 2112, 7168, seed=51)
+        stream = torch.cuda.Stream(device=1)
+    assert lhs[0].device == torch.device("cuda", 1)
+    out = torch.empty((1000, 2112), dtype=torch.bfloat16, device="cuda:1")
+    with torch.cuda.stream(stream):
+        deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+    stream.synchronize()
+    assert torch.cuda.current_device() == 0
+    assert calc_diff(out, ref) < 1e-5
+    out_switch = torch.full_like(out, float("nan"))
+    deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out_switch)  # no stream context: the library switches devices
+    torch.cuda.synchronize(1)
+    assert torch.cuda.current_device() == 0
+    assert torch.equal(out_switch.view(torch.int16), out.view(torch.int16))
+    out0 = torch.empty((1000, 2112), dtype=torch.bfloat16, device="cuda:0")
+    deep_gemm.gemm_fp8_fp8_bf16_nt(tuple(t.to("cuda:0") for t in lhs), tuple(t.to("cuda:0") for t in rhs), out0)
+    torch.cuda.synchronize()
+    assert torch.equal(out0.cpu().view(torch.int16), out.cpu().view(torch.int16))
