@@ -52,6 +52,13 @@ constexpr uint32_t fp8_gemm_smem_size() {
     return d + kNumStages * stage + sb + kNumStages * 2 * 8;
 }
 
+// Next pipeline slot: the phase bit flips each time the stage index wraps around.
+template <uint32_t kNumStages>
+__device__ __forceinline__ void advance_stage(uint32_t& stage, uint32_t& phase) {
+    stage = stage + 1 == kNumStages ? 0 : stage + 1;
+    phase ^= stage == 0;
+}
+
 template <uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
           uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize>
 __global__ void __launch_bounds__(fp8_gemm_num_math_threads<BLOCK_M>() + kNumProducerThreads, 1)
@@ -173,8 +180,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     }
                     cute::SM90_TMA_LOAD_2D::copy(&tensor_map_sa, bar, kCacheHint, smem_sa + stage * BLOCK_M,
                                                  m_idx, static_cast<int32_t>(k_block));
-                    stage = stage + 1 == kNumStages ? 0 : stage + 1;
-                    phase ^= stage == 0;
+                    advance_stage<kNumStages>(stage, phase);
                 }
             }
         }
@@ -246,10 +252,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                 final_acc[c * 4 + 3] += s_hi * acc[c * 4 + 3];
             }
         };
-        auto advance = [](uint32_t& stage, uint32_t& phase) {
-            stage = stage + 1 == kNumStages ? 0 : stage + 1;
-            phase ^= stage == 0;
-        };
 
         // NOTES: with one 64-row sub-tile per warpgroup there are registers for two partial accumulators, so
         // K block i + 1's WGMMAs run on the tensor cores while K block i is promoted on the CUDA cores.
@@ -314,15 +316,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                 if constexpr (kOverlapPromotion) {
                     Scales scales[2];
                     uint32_t cur_stage = 0;
-                    // Put the next K block's WGMMAs in flight into buffer kBuf (the scales of K block k_block).
+                    // Put K block k_block's WGMMAs in flight into partial buffer `buf` (with its scales).
                     auto issue_next = [&](auto buf, uint32_t k_block) {
                         wait_full(stage, phase);
                         scales[decltype(buf)::value] = load_scales(stage, 0, k_block);
                         issue_mma(stage, 0, partial[decltype(buf)::value]);
                         cur_stage = stage;
-                        advance(stage, phase);
+                        advance_stage<kNumStages>(stage, phase);
                     };
-                    // Buffer kBuf's WGMMAs are complete: free their stage and promote them.
+                    // Partial buffer `buf`'s WGMMAs are complete: free their stage and promote them.
                     auto retire = [&](auto buf, uint32_t done_stage) {
                         #pragma unroll
                         for (uint32_t i = 0; i < kNumAccum; ++i)
@@ -372,7 +374,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                                 release(stage);
                             promote(final_accum[s], partial[0], scales, straddle);
                         }
-                        advance(stage, phase);
+                        advance_stage<kNumStages>(stage, phase);
                     }
                 }
             };
