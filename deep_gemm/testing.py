@@ -1,6 +1,4 @@
 """Helpers for users' own tests and benchmarks: FP8 casts, dequantisation, calc_diff, timers."""
-import os
-import time
 from typing import Callable, Iterable, Optional, Tuple, Union
 
 import torch

@@ -4,8 +4,6 @@ python tools/sweep.py 4096x7168x2048 ... [--bm 128 256] [--bn 112 128 144 160]
 Every candidate is compiled in parallel first, then timed with the bench method (kineto, L2 flush).
 """
 import argparse
-import dataclasses
-import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import torch

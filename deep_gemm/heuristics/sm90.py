@@ -1,4 +1,4 @@
-"""Hopper (sm_90a) configuration for the FP8 1D2D GEMM: wave-quantisation rule over BLOCK_M x BLOCK_N."""
+"""Hopper (sm_90a) configuration for the FP8 1D2D GEMM: block shape, stages, multicast and grid size."""
 import functools
 import math
 from typing import Optional, Tuple
