@@ -7,9 +7,7 @@ import argparse
 import torch
 
 import deep_gemm
-from deep_gemm.heuristics import GemmConfig
-from deep_gemm.heuristics.common import ceil_div, min_sms_for_waves, num_waves
-from deep_gemm.heuristics.sm90 import SMEM_BUDGET, num_math_threads, sm90_smem_size, swizzle_d_bytes
+from deep_gemm.heuristics.sm90 import build_sm90_config
 from deep_gemm.launchers import sm90_fp8_gemm_1d2d
 from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
 
@@ -23,12 +21,7 @@ p.add_argument("mc", default="1")
 p.add_argument("--calls", type=int, default=2)
 a = p.parse_args()
 sms = deep_gemm.get_num_sms()
-stages = max(s for s in range(1, 9) if sm90_smem_size(a.k, a.bm, a.bn, s) <= SMEM_BUDGET)
-mc = int(a.mc[0])
-tiles = ceil_div(a.m, a.bm) * ceil_div(a.n, a.bn)
-cfg = GemmConfig(a.bm, a.bn, 128, stages, mc, a.mc != "2B", swizzle_d_bytes(a.bn),
-                 min(sms, min_sms_for_waves(tiles, num_waves(tiles, sms), mc)), sm90_smem_size(a.k, a.bm, a.bn, stages),
-                 num_math_threads(a.bm) + 128)
+cfg = build_sm90_config(a.m, a.n, a.k, a.bm, a.bn, sms, int(a.mc[0]), a.mc != "2B")
 a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((a.m, a.k), device="cuda"))
 b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((a.n, a.k), device="cuda"))
 sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)

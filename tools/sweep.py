@@ -11,8 +11,8 @@ import torch
 import deep_gemm
 from deep_gemm import jit
 from deep_gemm.heuristics import GemmProblem, get_config
-from deep_gemm.heuristics.common import ceil_div, min_sms_for_waves, num_waves
-from deep_gemm.heuristics.sm90 import SMEM_BUDGET, num_math_threads, sm90_smem_size, swizzle_d_bytes
+from deep_gemm.heuristics.common import ceil_div
+from deep_gemm.heuristics.sm90 import build_sm90_config
 from deep_gemm.launchers import sm90_fp8_gemm_1d2d
 from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequant_per_token
 
@@ -23,17 +23,12 @@ def candidates(m, n, k, bms, bns, sms, max_stages=8):
         for bn in bns:
             if bm == 256 and bn > 128:
                 continue
-            stages = max(s for s in range(1, max_stages + 1) if sm90_smem_size(k, bm, bn, s) <= SMEM_BUDGET)
-            tiles = ceil_div(m, bm) * ceil_div(n, bn)
             for mc, on_a in ((1, True), (2, True), (2, False)):
                 if mc == 2 and on_a and ceil_div(n, bn) % 2:
                     continue
                 if mc == 2 and not on_a and ceil_div(m, bm) % 2:
                     continue
-                grid = min(sms, min_sms_for_waves(tiles, num_waves(tiles, sms), mc))
-                out.append(deep_gemm.heuristics.GemmConfig(
-                    bm, bn, 128, stages, mc, on_a, swizzle_d_bytes(bn), grid, sm90_smem_size(k, bm, bn, stages),
-                    num_math_threads(bm) + 128))
+                out.append(build_sm90_config(m, n, k, bm, bn, sms, mc, on_a, max_stages))
     return out
 
 

@@ -131,24 +131,28 @@ def _pick_blocks(m: int, n: int, k: int, sms: int) -> Tuple[int, int, int]:
     return best
 
 
+def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
+                      multicast_on_a: bool = True, max_stages: int = MAX_STAGES) -> GemmConfig:
+    """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
+    the number of waves. Also used by tools/ to time configurations the heuristic did not pick."""
+    stages = next((s for s in range(max_stages, 0, -1) if sm90_smem_size(k, block_m, block_n, s) <= SMEM_BUDGET), 0)
+    if stages == 0:
+        raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
+    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    waves = num_waves(tiles, num_sms)
+    grid = min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
+    if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
+        num_multicast, multicast_on_a, grid = 1, True, min(num_sms, min_sms_for_waves(tiles, waves, 1))
+    return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
+                      num_multicast=num_multicast, multicast_on_a=multicast_on_a,
+                      swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
+                      smem_size=sm90_smem_size(k, block_m, block_n, stages),
+                      num_threads=num_math_threads(block_m) + 128)
+
+
 @functools.lru_cache(maxsize=4096)
 def get_sm90_config(problem: GemmProblem) -> GemmConfig:
     m, n, k, sms = problem.m, problem.n, problem.k, problem.num_sms
-    bm, bn, waves = _pick_blocks(m, n, k, sms)
-
-    stages = 0
-    for s in range(MAX_STAGES, 0, -1):
-        if sm90_smem_size(k, bm, bn, s) <= SMEM_BUDGET:
-            stages = s
-            break
-    if stages == 0:
-        raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
-
+    bm, bn, _ = _pick_blocks(m, n, k, sms)
     num_multicast, on_a = _multicast(problem, bm, bn, sms)
-    tiles = ceil_div(m, bm) * ceil_div(n, bn)
-    grid = min(sms, min_sms_for_waves(tiles, waves, num_multicast))
-    if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
-        num_multicast, on_a, grid = 1, True, min(sms, min_sms_for_waves(tiles, waves, 1))
-    return GemmConfig(block_m=bm, block_n=bn, block_k=BLOCK_K, num_stages=stages, num_multicast=num_multicast,
-                      multicast_on_a=on_a, swizzle_d_bytes=swizzle_d_bytes(bn), num_sms=grid,
-                      smem_size=sm90_smem_size(k, bm, bn, stages), num_threads=num_math_threads(bm) + 128)
+    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a)
