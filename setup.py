@@ -1,8 +1,9 @@
-"""deep_gemm: pure-Python package + CUDA headers compiled at run time (no build step for the kernels)."""
+"""deep_gemm: Python package + CUDA headers compiled at run time (no build step for the kernels) + a small C++
+launch fast path (csrc/)."""
 import os
 import shutil
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -18,7 +19,19 @@ class BuildPyWithHeaders(build_py):
         if os.path.isdir(dst):
             shutil.rmtree(dst)
         shutil.copytree(src, dst)
+        # csrc/ too: the torch build of the launch fast path is compiled from it at run time (jit/torch_ext.py).
+        csrc_dst = os.path.join(self.build_lib, "deep_gemm", "csrc")
+        if os.path.isdir(csrc_dst):
+            shutil.rmtree(csrc_dst)
+        shutil.copytree(os.path.join(ROOT, "csrc"), csrc_dst)
 
+
+# NOTES: the launch fast path uses only the CPython API (no torch/CUDA headers; libcuda is opened at run time), so
+# it builds in pip's isolated environment with any C++17 compiler. Optional: without a compiler the package still
+# works, through the Python launch path.
+FAST_PATH = Extension("deep_gemm._C", sources=["csrc/fast_launch.cpp"], depends=["csrc/cuda_abi.h"],
+                      extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"], libraries=["dl"],
+                      language="c++", optional=True)
 
 setup(
     name="deep_gemm",
@@ -34,6 +47,7 @@ setup(
         "nvidia-cutlass==4.2.0.0",
     ],
     extras_require={"test": ["pytest>=7", "numpy"]},
+    ext_modules=[FAST_PATH],
     cmdclass={"build_py": BuildPyWithHeaders},
     zip_safe=False,
 )

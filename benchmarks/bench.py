@@ -71,33 +71,58 @@ def bench_shape(m, n, k, num_tests):
     return row
 
 
-def host_overhead_us(num_calls=5000):
-    """Host time per warmed call on a tiny problem (the GPU is not the bottleneck)."""
+def select_path(name: str) -> bool:
+    """Route calls through one launch path (see deep_gemm.ops.gemm); False when it is not available."""
+    from deep_gemm.ops import gemm as gemm_mod
+    gemm_mod._torch_ext_state["started"] = True  # no background build while measuring
+    if name == "python":
+        gemm_mod._fast = None
+        return True
+    try:
+        if name == "cpython_api":
+            from deep_gemm import _C as module
+        else:
+            from deep_gemm.jit import torch_ext
+            module = torch_ext.build()
+    except Exception as e:
+        print(f"  launch path {name} unavailable: {e}", file=sys.stderr)
+        return False
+    gemm_mod._fast = gemm_mod._init_fast_module(module)
+    return True
+
+
+def _host_time(fn, batches=50, per_batch=200):
+    """Host seconds per call: batches short enough that the launch queue never fills (so the GPU never sets the
+    pace), with a sync between batches that is not timed."""
+    for _ in range(per_batch):
+        fn()
+    total = 0.0
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(per_batch):
+            fn()
+        total += time.perf_counter() - start
+    torch.cuda.synchronize()
+    return total / (batches * per_batch)
+
+
+def host_overhead_us():
+    """Host microseconds per warmed call on a tiny problem, for each launch path, and for torch._scaled_mm."""
     m = n = k = 128
     a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda"))
     b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((n, k), device="cuda"))
     sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
     out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
-    for _ in range(100):
-        deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(num_calls):
-        deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)
-    host = (time.perf_counter() - start) / num_calls
-    torch.cuda.synchronize()
-    ref = None
+    result = {}
+    for name in ("python", "cpython_api", "torch_ext"):
+        if select_path(name):
+            result[name] = _host_time(lambda: deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)) * 1e6
     if hasattr(torch, "_scaled_mm"):
-        sa_cm, sb_t = sa, sb.t()
-        for _ in range(100):
-            torch._scaled_mm(a8, b8.t(), scale_a=sa_cm, scale_b=sb_t, out_dtype=torch.bfloat16)
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(num_calls):
-            torch._scaled_mm(a8, b8.t(), scale_a=sa_cm, scale_b=sb_t, out_dtype=torch.bfloat16)
-        ref = (time.perf_counter() - start) / num_calls * 1e6
-        torch.cuda.synchronize()
-    return host * 1e6, ref
+        sb_t = sb.t()
+        result["torch._scaled_mm"] = _host_time(
+            lambda: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb_t, out_dtype=torch.bfloat16)) * 1e6
+    return result
 
 
 _COMPILE_SNIPPET = """
@@ -151,10 +176,13 @@ def main():
         summary["geomean_ratio_vs_cublas"] = geo
         print(f"geomean speedup over cuBLAS blockwise ({len(ratios)} shapes with k % 128 == 0): {geo:.3f}x")
     if not args.skip_host:
-        host, ref = host_overhead_us()
-        summary.update(host_us_per_call=host, scaled_mm_host_us_per_call=ref)
-        print(f"host time per warmed call (128^3, 5000 back-to-back): deep_gemm {host:.1f} us"
-              + (f", torch._scaled_mm {ref:.1f} us" if ref else ""))
+        start = time.perf_counter()
+        select_path("torch_ext")
+        print(f"torch launch extension ready in {time.perf_counter() - start:.1f} s (a build when not cached)")
+        host = host_overhead_us()
+        summary.update(host_us_per_call=host)
+        print("host time per warmed call (128^3, batches of 200 calls, sync between batches not timed): "
+              + ", ".join(f"{name} {us:.2f} us" for name, us in host.items()))
         cold, hit = compile_times()
         summary.update(cold_compile_s=cold, disk_cache_hit_s=hit)
         print(f"NVRTC cold compile of one kernel: {cold:.2f} s; disk-cache hit in a fresh process: {hit * 1e3:.1f} ms")

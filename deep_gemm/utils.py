@@ -1,6 +1,6 @@
 """Small public helpers (DeepGEMM-compatible names)."""
 import functools
-from typing import Optional
+from typing import Callable, List, Optional
 
 import torch
 
@@ -10,6 +10,12 @@ __all__ = ["ceil_div", "align", "get_tma_aligned_size", "get_col_major_tma_align
            "get_num_sms", "get_device_arch", "device_num_sms"]
 
 _num_sms_cap: Optional[int] = None
+_num_sms_listeners: List[Callable[[], None]] = []
+
+
+def on_num_sms_change(callback: Callable[[], None]) -> None:
+    """Call `callback()` whenever `set_num_sms` changes the cap (caches keyed without it must be dropped)."""
+    _num_sms_listeners.append(callback)
 
 
 @functools.lru_cache(maxsize=None)
@@ -38,7 +44,10 @@ def set_num_sms(num_sms: int) -> None:
         total = device_num_sms(torch.cuda.current_device())
         if num_sms > total:
             raise ValueError(f"num_sms={num_sms} exceeds the {total} SMs of the current device")
-    _num_sms_cap = num_sms
+    if num_sms != _num_sms_cap:
+        _num_sms_cap = num_sms
+        for callback in _num_sms_listeners:
+            callback()
 
 
 def get_num_sms(device_index: Optional[int] = None) -> int:

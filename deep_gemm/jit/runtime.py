@@ -74,6 +74,11 @@ class LoadedKernel:
             check(err)
 
 
+def current_context():
+    """The CUcontext current on this thread."""
+    return check(_driver().cuCtxGetCurrent())
+
+
 def ensure_context(device_index: int) -> None:
     """Make the device's primary context current on this thread if nothing is current (torch normally did)."""
     cu = _driver()

@@ -8,9 +8,10 @@ import torch
 from .. import jit
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, get_config
+from ..heuristics.common import ceil_div
 from ..utils import get_tma_aligned_size
-from ..jit.runtime import PTR, U32, LoadedKernel, ensure_context
-from .tma import cached_2d_tma, current_raw_stream, tma_row_stride
+from ..jit.runtime import PTR, U32, LoadedKernel, current_context, ensure_context
+from .tma import cached_2d_tma, current_raw_stream, tma_enum_values, tma_row_stride
 
 HEADER = "deep_gemm/sm90/fp8_gemm_1d2d.cuh"
 FUNCTION = "deep_gemm::sm90::fp8_gemm_1d2d_impl"
@@ -50,21 +51,41 @@ def _plan(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str,
     return plan
 
 
+def map_specs(m: int, n: int, k: int, sa_stride: int, a_row_stride: int, b_row_stride: int, out_row_stride: int,
+              cfg: GemmConfig) -> Tuple[Tuple[int, ...], ...]:
+    """The kernel's four TMA descriptors (A, B, SA, out) as `make_2d_tma` arguments minus the address, each led by
+    the index of its tensor in (A, SA, B, SB, out)."""
+    d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
+    return (
+        (0, 1, k, m, a_row_stride, 128, cfg.block_m, 128, True),
+        (2, 1, k, n, b_row_stride, 128, cfg.block_n, 128, True),
+        (1, 4, m, ceil_div(k, 128), sa_stride, cfg.block_m, 1, 0, False),
+        # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
+        (4, 2, n, m, out_row_stride, d_box, 64, cfg.swizzle_d_bytes, True),
+    )
+
+
 def launch(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, out: torch.Tensor,
-           num_sms: int, arch: str, config: Optional[GemmConfig] = None) -> None:
+           num_sms: int, arch: str, config: Optional[GemmConfig] = None) -> Optional[tuple]:
     """All inputs validated by the caller: a [m,k] e4m3, sa MN-major [m, kb] (stride (1, m_aligned)),
-    b [n,k] e4m3, sb contiguous [ceil(n/128), kb] fp32, out [m,n] bf16; m, n, k > 0."""
+    b [n,k] e4m3, sb contiguous [ceil(n/128), kb] fp32, out [m,n] bf16; m, n, k > 0.
+
+    Returns the launch as a plan for the C++ fast path (see `fast_plan`)."""
     m, k = a.shape
     n = b.shape[0]
     device_index = a.device.index
     plan = _plan(m, n, k, num_sms, device_index, arch, config)
-    cfg = plan.config
-    map_a = cached_2d_tma(a.data_ptr(), 1, k, m, tma_row_stride(a), 128, cfg.block_m, 128)
-    map_b = cached_2d_tma(b.data_ptr(), 1, k, n, tma_row_stride(b), 128, cfg.block_n, 128)
     sa_stride = sa.stride(1) if sa.shape[1] > 1 else get_tma_aligned_size(m, 4)
-    map_sa = cached_2d_tma(sa.data_ptr(), 4, m, sa.shape[1], sa_stride, cfg.block_m, 1, 0, False)
-    d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
-    # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
-    map_d = cached_2d_tma(out.data_ptr(), 2, n, m, tma_row_stride(out), d_box, 64, cfg.swizzle_d_bytes)
-    args = ((map_a, map_b, map_sa, map_d, sb.data_ptr(), m), (None, None, None, None, PTR, U32))
+    specs = map_specs(m, n, k, sa_stride, tma_row_stride(a), tma_row_stride(b), tma_row_stride(out), plan.config)
+    tensors = (a, sa, b, sb, out)
+    maps = [cached_2d_tma(tensors[s[0]].data_ptr(), *s[1:]) for s in specs]
+    args = ((*maps, sb.data_ptr(), m), (None, None, None, None, PTR, U32))
     LoadedKernel.launch(plan.launch_config, plan.function, current_raw_stream(device_index), args)
+    return plan, specs
+
+
+def fast_plan(plan: _Plan, specs, m: int, device_index: int, extents: Tuple[int, ...]) -> tuple:
+    """The tuple `deep_gemm._C` caches for a layout: everything a launch needs except the five pointers."""
+    cfg = plan.config
+    return (int(plan.function), int(current_context()), device_index, cfg.num_sms, cfg.num_threads, cfg.smem_size,
+            cfg.num_multicast, m, tuple(extents), tuple((s[0], *tma_enum_values(*s[1:])) for s in specs))

@@ -1,5 +1,6 @@
 """TMA descriptor construction (cuTensorMapEncodeTiled)."""
 import functools
+from typing import Tuple
 
 import torch
 
@@ -47,6 +48,15 @@ def cached_2d_tma(ptr: int, element_size: int, inner: int, outer: int, outer_str
         tensor_map = _tma_cache[key] = make_2d_tma(ptr, element_size, inner, outer, outer_stride_elems, box_inner,
                                                    box_outer, swizzle_bytes, l2_promotion_256)
     return tensor_map
+
+
+def tma_enum_values(element_size: int, inner: int, outer: int, outer_stride_elems: int, box_inner: int,
+                    box_outer: int, swizzle_bytes: int, l2_promotion_256: bool = True) -> Tuple[int, ...]:
+    """`make_2d_tma`'s arguments as the driver's plain integers (data type, dims, stride in bytes, box, swizzle,
+    L2 promotion), for the C++ fast path, which encodes the same descriptor for each new address."""
+    e = _enums()
+    return (int(e["dtype"][element_size]), inner, outer, outer_stride_elems * element_size, box_inner, box_outer,
+            int(e["swizzle"][swizzle_bytes]), int(e["promo"][l2_promotion_256]))
 
 
 def current_raw_stream(device_index: int) -> int:

@@ -1,4 +1,6 @@
 """Dense FP8 GEMM (DeepGEMM-compatible): out = dequant(A) @ dequant(B)^T in BF16."""
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -6,7 +8,11 @@ import torch
 
 from ..heuristics.common import align, ceil_div
 from ..launchers import sm90_fp8_gemm_1d2d
-from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size
+from ..envs import read_env
+from ..jit import torch_ext
+from ..jit.runtime import CUDADriverError
+from ..utils import (get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size,
+                     on_num_sms_change)
 from . import checks
 
 
@@ -59,6 +65,15 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
     A, B and out need 16-byte aligned row strides (TMA); when n % 8 != 0 the result goes through an aligned
     temporary and one extra copy, because TMA stores write whole 16-byte chunks.
     """
+    if _fast is not None:
+        _fast.gemm(lhs, rhs, out)
+    else:
+        _python_path(lhs, rhs, out)
+
+
+def _python_path(lhs, rhs, out) -> Optional[tuple]:
+    """The whole call in Python: validate (cached per layout), then launch. Returns a plan for the C++ fast path
+    (`deep_gemm._C`) when later calls with this layout can skip Python, else None."""
     key = _layout_key(lhs, rhs, out)
     layout = _layouts.get(key) if key is not None else None
     if layout is None:
@@ -68,7 +83,7 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
                 _layouts.clear()
             _layouts[key] = layout
     if layout.action == "none":
-        return
+        return None
     a, sa = lhs
     b, sb = rhs
     tensors = (a, sa, b, sb, out)
@@ -81,7 +96,10 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
                                  [(name, ptrs[i], layout.extents[i]) for i, name in enumerate(_INPUT_NAMES)])
     if layout.action == "zero":
         out.zero_()
-        return
+        return None
+    # NOTES: the C++ path handles only the common case: SA already TMA-ready, SB contiguous, n % 8 == 0 and the
+    # tensors on the current device; everything else stays here.
+    direct = layout.sa_ready and ptrs[1] % 16 == 0 and layout.sb_contiguous and not layout.ragged_n
     if not (layout.sa_ready and ptrs[1] % 16 == 0):
         sa = get_col_major_tma_aligned_tensor(sa)
     if not layout.sb_contiguous:
@@ -90,17 +108,92 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
     if layout.device.index != torch.cuda.current_device():
         with torch.cuda.device(layout.device):
             _launch(a, sa, b, sb, out, layout)
-    else:
-        _launch(a, sa, b, sb, out, layout)
+        return None
+    launched = _launch(a, sa, b, sb, out, layout)
+    if not direct or launched is None:
+        return None
+    plan, specs = launched
+    if fast_path_name() != "torch_ext":
+        _start_torch_ext_build()
+    return sm90_fp8_gemm_1d2d.fast_plan(plan, specs, layout.m, layout.device.index, layout.extents)
 
 
-def _launch(a, sa, b, sb, out, layout: _Layout) -> None:
+def _launch(a, sa, b, sb, out, layout: _Layout):
     target = out
     if layout.ragged_n:
         target = torch.empty((layout.m, align(layout.n, 8)), dtype=out.dtype, device=layout.device)
-    sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, target, layout.num_sms, layout.arch)
+    launched = sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, target, layout.num_sms, layout.arch)
     if layout.ragged_n:
         out.copy_(target[:, :layout.n])
+    return launched
+
+
+def _init_fast_module(module):
+    module.init(_python_path, getattr(torch._C, "_cuda_getCurrentRawStream", None), CUDADriverError, torch.Tensor,
+                torch.nn.Parameter, torch.float8_e4m3fn, torch.float32, torch.bfloat16)
+    on_num_sms_change(module.clear)
+    return module
+
+
+def _load_fast_path():
+    """The C++ launch path, initialised: the torch build if the JIT cache holds it, else `deep_gemm._C` (built by
+    pip), else None (not built, or DG_CPP_LAUNCH=0). With a CPU-only torch the module is initialised (its
+    layout parsing is tested) but never launches."""
+    if not read_env().cpp_launch:
+        return None
+    if hasattr(torch._C, "_cuda_getCurrentRawStream"):
+        try:
+            module = torch_ext.load_cached()
+            if module is not None:
+                return _init_fast_module(module)
+        except Exception:  # a stale or broken cache entry: the background build replaces it
+            pass
+    try:
+        from .. import _C
+    except ImportError:
+        return None
+    return _init_fast_module(_C)
+
+
+_torch_ext_state = {"started": False, "error": None}
+
+
+def _start_torch_ext_build() -> None:
+    """Build the torch launch extension in a background thread once per process, then switch calls to it."""
+    if _torch_ext_state["started"] or not read_env().cpp_launch:
+        return
+    _torch_ext_state["started"] = True
+
+    def work():
+        global _fast
+        try:
+            module = torch_ext.build()
+        except Exception as e:  # no compiler, no torch headers...: keep the current path
+            _torch_ext_state["error"] = e
+            if read_env().jit_debug:
+                print(f"[deep_gemm] torch launch extension not built: {e}", file=sys.stderr)
+            return
+        _fast = _init_fast_module(module)
+
+    threading.Thread(target=work, name="deep_gemm-torch-ext", daemon=True).start()
+
+
+def use_torch_launch_extension() -> None:
+    """Build (or load) the torch launch extension now and route calls through it; raises CompileError if it
+    cannot be built. Without this, the first launch builds it in the background."""
+    global _fast
+    _torch_ext_state["started"] = True
+    _fast = _init_fast_module(torch_ext.build())
+
+
+def fast_path_name() -> str:
+    """Which path warmed calls take: the torch extension, the pip-built module, or Python."""
+    if _fast is None:
+        return "python"
+    return "torch_ext" if _fast.__name__ == torch_ext.MODULE else "cpython_api"
+
+
+_fast = _load_fast_path()
 
 
 def _check_layout(lhs, rhs, out) -> _Layout:
