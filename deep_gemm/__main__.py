@@ -9,6 +9,7 @@ from typing import List, Tuple
 
 from .envs import read_env
 from .heuristics import GemmProblem, get_config
+from .heuristics.sm90 import kernel_key, sm90_kernel_variants
 from .jit.compiler import SUPPORTED_ARCHS
 
 
@@ -50,13 +51,17 @@ def cmd_compile(args) -> int:
         if min(m, n, k) <= 0:
             print(f"skip m={m} n={n} k={k}: empty problems launch no kernel")
             continue
-        config = get_config(GemmProblem(m, n, k, args.num_sms, args.arch))
-        key = (n, k, config)
-        if key in seen:
-            print(f"m={m} n={n} k={k}: shares the kernel of an earlier shape")
-            continue
-        seen.add(key)
-        work.append(((m, n, k), config, args.arch))
+        configs = [get_config(GemmProblem(m, n, k, args.num_sms, args.arch))]
+        if args.all_m:
+            configs += sm90_kernel_variants(n, k, args.num_sms)
+        for i, config in enumerate(configs):
+            key = (n, k, kernel_key(config))
+            if key in seen:
+                if i == 0:
+                    print(f"m={m} n={n} k={k}: shares the kernel of an earlier shape")
+                continue
+            seen.add(key)
+            work.append(((m, n, k), config, args.arch))
     start = time.perf_counter()
     failures = 0
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -87,6 +92,8 @@ def main(argv=None) -> int:
     c.add_argument("--n", type=int, nargs="*")
     c.add_argument("--k", type=int, nargs="*")
     c.add_argument("--shapes", action="append", help="file of 'm n k' lines (# comments allowed)")
+    c.add_argument("--all-m", action="store_true",
+                   help="also every kernel variant any m can pick for each (n, k) (what the first call compiles)")
     c.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiler processes")
     args = parser.parse_args(argv)
     if args.num_sms <= 0:

@@ -23,6 +23,8 @@ class Env:
     ptxas_verbose: bool
     #: Launch warmed calls through the C++ fast path (``deep_gemm._C``) when it is built; 0 = always Python.
     cpp_launch: bool
+    #: On the first sight of an (n, k), compile every kernel variant any m can pick (parallel processes).
+    jit_precompile: bool
     #: C++ compiler for the run-time build of the torch launch extension (default: $CXX, else c++).
     jit_cxx: str
 
@@ -38,4 +40,5 @@ def read_env() -> Env:
         ptxas_verbose=_flag("DG_JIT_PTXAS_VERBOSE"),
         cpp_launch=os.environ.get("DG_CPP_LAUNCH", "1").strip().lower() not in ("0", "false", "no", "off"),
         jit_cxx=os.environ.get("DG_JIT_CXX", ""),
+        jit_precompile=os.environ.get("DG_JIT_PRECOMPILE", "1").strip().lower() not in ("0", "false", "no", "off"),
     )

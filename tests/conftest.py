@@ -5,6 +5,8 @@ import pytest
 import torch
 
 # Keep test runs from touching the user's ~/.deep_gemm: one cache per session unless the caller chose one.
+# Most tests compile only what they launch; tests of the first-sight precompile turn it on themselves.
+os.environ.setdefault("DG_JIT_PRECOMPILE", "0")
 if not os.environ.get("DG_JIT_CACHE_DIR"):
     os.environ["DG_JIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="deep_gemm_test_cache_")
 

@@ -150,9 +150,61 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
                       num_threads=num_math_threads(block_m) + 128)
 
 
+def _heuristic(m: int, n: int, k: int, sms: int) -> GemmConfig:
+    bm, bn, _ = _pick_blocks(m, n, k, sms)
+    num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms), bm, bn, sms)
+    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a)
+
+
+# Kernels are compiled per (n, k, template arguments); m and the grid size are run-time values. The variants of
+# one (n, k) are enumerated exactly up to this m; above it the choice is restricted to them (see get_sm90_config),
+# so a new m never needs a kernel outside the set.
+VARIANT_M_CAP = 1 << 16
+
+
+def kernel_key(config: GemmConfig) -> Tuple:
+    """What makes two configs the same compiled kernel (everything but the grid size)."""
+    return (config.block_m, config.block_n, config.num_stages, config.num_multicast,
+            config.multicast_on_a if config.num_multicast > 1 else True, config.swizzle_d_bytes, config.smem_size)
+
+
+@functools.lru_cache(maxsize=1024)
+def sm90_kernel_variants(n: int, k: int, num_sms: int) -> Tuple[GemmConfig, ...]:
+    """One config per distinct kernel the heuristic picks for (n, k) at any m, in order of first use.
+
+    NOTES: the choice depends on m only through ceil(m / 64) (every BLOCK_M is a multiple of 64) and the two
+    multicast thresholds (m >= 512 and m >= 4096, multiples of 64), so m = 64q for every q, plus the first m of
+    the two blocks that straddle a threshold, covers every m <= VARIANT_M_CAP.
+    """
+    seen = {}
+    for q in range(1, VARIANT_M_CAP // 64 + 1):
+        for m in ((64 * q - 63, 64 * q) if 64 * q in (MULTICAST_MIN_M, 4096) else (64 * q,)):
+            config = _heuristic(m, n, k, num_sms)
+            seen.setdefault(kernel_key(config), config)
+    return tuple(seen.values())
+
+
 @functools.lru_cache(maxsize=4096)
 def get_sm90_config(problem: GemmProblem) -> GemmConfig:
     m, n, k, sms = problem.m, problem.n, problem.k, problem.num_sms
-    bm, bn, _ = _pick_blocks(m, n, k, sms)
-    num_multicast, on_a = _multicast(problem, bm, bn, sms)
-    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a)
+    config = _heuristic(m, n, k, sms)
+    if m <= VARIANT_M_CAP:
+        return config
+    variants = sm90_kernel_variants(n, k, sms)
+    if kernel_key(config) in {kernel_key(v) for v in variants}:
+        return config
+    # Beyond the enumerated range: the variant with the least modelled time at this m (legal multicast only).
+    best_key, best = None, None
+    for v in variants:
+        if v.num_multicast > 1:
+            pairs = ceil_div(n, v.block_n) if v.multicast_on_a else ceil_div(m, v.block_m)
+            if pairs % 2 != 0:
+                continue
+        cand = build_sm90_config(m, n, k, v.block_m, v.block_n, sms, v.num_multicast, v.multicast_on_a)
+        if kernel_key(cand) != kernel_key(v):
+            continue
+        tiles = ceil_div(m, v.block_m) * ceil_div(n, v.block_n)
+        key = (num_waves(tiles, sms) * kblock_cycles(v.block_m, v.block_n), tiles)
+        if best_key is None or key < best_key:
+            best_key, best = key, cand
+    return best if best is not None else config

@@ -7,10 +7,11 @@ from ..envs import read_env
 from .cache import CacheError, KernelCache, cache_key, get_or_build
 from .codegen import KernelSource
 from .compiler import CompileError, get_compiler
+from .parallel import build_many
 from .paths import ToolchainError, include_dirs, project_include_dir
 from .runtime import CUDADriverError, LoadedKernel
 
-__all__ = ["KernelSource", "build", "load", "CompileError", "CacheError", "ToolchainError", "CUDADriverError",
+__all__ = ["KernelSource", "build", "build_many", "load", "CompileError", "CacheError", "ToolchainError", "CUDADriverError",
            "include_dirs", "project_include_dir"]
 
 _loaded: Dict[Tuple[str, str], LoadedKernel] = {}

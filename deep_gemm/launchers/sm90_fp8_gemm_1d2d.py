@@ -8,6 +8,7 @@ import torch
 from .. import jit
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, get_config
+from ..heuristics.sm90 import sm90_kernel_variants
 from ..heuristics.common import ceil_div
 from ..utils import get_tma_aligned_size
 from ..jit.runtime import PTR, U32, LoadedKernel, current_context, ensure_context
@@ -33,6 +34,15 @@ class _Plan:
 
 
 _plans: Dict[Tuple, _Plan] = {}
+_seen_nk: set = set()
+
+
+def precompile_variants(n: int, k: int, num_sms: int, arch: str) -> int:
+    """Compile (into the disk cache) every kernel the heuristic can pick for (n, k) at any m, in parallel
+    processes; returns how many were missing. Called on the first sight of (n, k) unless DG_JIT_PRECOMPILE=0,
+    so that a later new m never waits for a compile."""
+    variants = sm90_kernel_variants(n, k, num_sms)
+    return jit.build_many([kernel_source(n, k, c) for c in variants], arch)
 
 
 def _plan(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str,
@@ -42,8 +52,12 @@ def _plan(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str,
     if plan is None:
         if config is None:
             config = get_config(GemmProblem(m, n, k, num_sms, arch))
-        if read_env().print_configs:
+        env = read_env()
+        if env.print_configs:
             print(f"[deep_gemm] m={m} n={n} k={k}: {config}", file=sys.stderr)
+        if env.jit_precompile and (n, k, num_sms, arch) not in _seen_nk:
+            _seen_nk.add((n, k, num_sms, arch))
+            precompile_variants(n, k, num_sms, arch)
         ensure_context(device_index)
         kernel = jit.load(kernel_source(n, k, config), arch, config.num_threads, config.smem_size)
         launch_config, function = kernel.launch_config(device_index, config.num_sms, config.num_multicast)

@@ -248,3 +248,22 @@ def test_tensors_on_second_device():
     deep_gemm.gemm_fp8_fp8_bf16_nt(tuple(t.to("cuda:0") for t in lhs), tuple(t.to("cuda:0") for t in rhs), out0)
     torch.cuda.synchronize()
     assert torch.equal(out0.cpu().view(torch.int16), out.cpu().view(torch.int16))
+
+
+def test_new_m_never_compiles(monkeypatch):
+    """After the first call with an (n, k), no m needs a compile: the first call precompiled every variant."""
+    from deep_gemm.jit import compiler
+    monkeypatch.setenv("DG_JIT_PRECOMPILE", "1")
+    n, k = 3080, 1664  # used by no other test, so this is the first sight
+    run_and_check(200, n, k, seed=101)
+    calls = []
+    for cls in (compiler.NVRTCCompiler, compiler.NVCCCompiler):
+        original = cls.compile
+
+        def counting(self, *args, _original=original, **kwargs):
+            calls.append(args)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "compile", counting)
+    for m in (1, 64, 65, 128, 129, 700, 1537, 4096, 5000, 9001):
+        run_and_check(m, n, k, seed=m)
+    assert calls == [], f"{len(calls)} compiles after the first sight of (n, k)"

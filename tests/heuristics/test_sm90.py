@@ -5,7 +5,8 @@ import pytest
 
 from deep_gemm.heuristics import GemmConfig, GemmProblem, get_config, get_sm90_config, sm90_smem_size
 from deep_gemm.heuristics.common import ceil_div
-from deep_gemm.heuristics.sm90 import MAX_STAGES, SMEM_BUDGET
+from deep_gemm.heuristics.sm90 import (MAX_STAGES, SMEM_BUDGET, VARIANT_M_CAP, kernel_key,
+                                       sm90_kernel_variants)
 
 NUM_SMS = 132
 DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048), (7168, 576)]
@@ -159,3 +160,27 @@ def test_smem_size_grows_with_stages_and_k():
             assert sizes[0] >= bm * bn * 2 + per_stage
             assert all(b - a >= per_stage for a, b in zip(sizes, sizes[1:]))
             assert sm90_smem_size(k + 128, bm, bn, 1) >= sizes[0]
+
+
+# ---- Kernel variants: a new m never needs a kernel outside the set compiled on the first sight of (n, k) ----
+
+
+@pytest.mark.parametrize("n,k", [(2112, 7168), (7168, 16384), (4096, 7168), (24576, 1536), (1000, 4000), (72, 128)])
+def test_every_m_is_covered_by_the_variants(n, k):
+    variants = {kernel_key(c) for c in sm90_kernel_variants(n, k, 132)}
+    rng = random.Random(n * 31 + k)
+    ms = list(range(1, 1200)) + [rng.randint(1, VARIANT_M_CAP) for _ in range(1500)]
+    ms += [511, 512, 513, 4095, 4096, 4097, VARIANT_M_CAP]
+    ms += [rng.randint(VARIANT_M_CAP + 1, 1 << 20) for _ in range(200)]  # beyond the enumerated range
+    for m in ms:
+        cfg = get_config(GemmProblem(m, n, k, 132))
+        assert kernel_key(cfg) in variants, f"m={m} picks a kernel outside the precompiled set: {cfg}"
+        assert cfg.num_sms <= 132
+
+
+def test_variants_are_distinct_kernels_and_few():
+    for n, k in [(2112, 7168), (7168, 16384), (4096, 7168), (32768, 512)]:
+        variants = sm90_kernel_variants(n, k, 132)
+        keys = [kernel_key(c) for c in variants]
+        assert len(keys) == len(set(keys))
+        assert 1 <= len(variants) <= 20

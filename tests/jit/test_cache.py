@@ -392,3 +392,19 @@ def test_cli_rejects_non_positive_num_sms(capsys):
         cli_main(["compile", "--num-sms", "0", "--m", "64", "--n", "256", "--k", "128"])
     assert info.value.code == 2
     assert "--num-sms" in capsys.readouterr().err
+
+
+def test_build_many_fills_the_cache_in_parallel(tmp_path, monkeypatch):
+    """The first-sight precompile: workers (which never import torch) publish every missing kernel."""
+    from deep_gemm.heuristics.sm90 import sm90_kernel_variants
+    from deep_gemm.jit import build_many
+    from deep_gemm.jit.parallel import missing
+    from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    sources = [kernel_source(256, 128, c) for c in sm90_kernel_variants(256, 128, 132)[:2]]
+    assert len(missing(sources, ARCH)) == 2
+    assert build_many(sources, ARCH, jobs=2) == 2
+    assert missing(sources, ARCH) == []
+    assert build_many(sources, ARCH, jobs=2) == 0
+    for s in sources:
+        assert jit.build(s, ARCH)[1], "expected a disk-cache hit"

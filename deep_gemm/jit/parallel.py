@@ -1,0 +1,68 @@
+"""Compile many kernels at once in worker processes (used on the first sight of an (n, k), see launchers).
+
+NOTES: NVRTC compiles do not overlap in threads (measured), so the work goes to `python` subprocesses. A worker
+imports only `deep_gemm.jit` (a stub parent package keeps `deep_gemm/__init__`, and so torch, out of it): it
+starts in ~0.1 s, and the caller's CUDA state never meets a fork. Workers publish into the disk cache with the
+usual atomic rename; whatever a worker fails to build is simply built (and its error raised) by the caller later.
+"""
+import json
+import os
+import subprocess
+import sys
+from typing import List, Sequence
+
+from ..envs import read_env
+from .cache import KernelCache, cache_key
+from .codegen import KernelSource
+from .compiler import get_compiler
+
+_WORKER = r"""
+import json, os, sys, types
+pkg = types.ModuleType("deep_gemm")
+pkg.__path__ = [sys.argv[1]]
+sys.modules["deep_gemm"] = pkg
+from deep_gemm.jit import build
+from deep_gemm.jit.codegen import KernelSource
+work = json.load(sys.stdin)
+for item in work["sources"]:
+    build(KernelSource(item["name"], item["header"], item["function"], tuple(item["args"])), work["arch"])
+"""
+
+
+def missing(sources: Sequence[KernelSource], arch: str) -> List[KernelSource]:
+    """The sources whose cubin is not in the disk cache (for the current compiler and flags)."""
+    env = read_env()
+    compiler = get_compiler(env.jit_use_nvcc, env.jit_nvcc_path)
+    flags = compiler.flags(arch, env.ptxas_verbose)
+    cache = KernelCache(env.jit_cache_dir)
+    out = []
+    for s in sources:
+        key = cache_key(s.code(), compiler.identity(), flags, arch)
+        if not os.path.isfile(os.path.join(cache.entry_dir(s.name, key), "meta.json")):
+            out.append(s)
+    return out
+
+
+def build_many(sources: Sequence[KernelSource], arch: str, jobs: int = 0) -> int:
+    """Build every source not yet cached, in up to `jobs` processes (default: CPUs, at most 16). Returns how many
+    were missing. Never raises for a failed compile (the caller's own build reports it)."""
+    todo = missing(sources, arch)
+    if not todo:
+        return 0
+    jobs = max(1, min(len(todo), jobs or min(16, os.cpu_count() or 1)))
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    procs = []
+    for i in range(jobs):
+        chunk = todo[i::jobs]
+        work = dict(arch=arch, sources=[dict(name=s.name, header=s.header, function=s.function,
+                                             args=list(s.template_args)) for s in chunk])
+        proc = subprocess.Popen([sys.executable, "-c", _WORKER, package_dir], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc.stdin.write(json.dumps(work))
+        proc.stdin.close()
+        procs.append(proc)
+    for proc in procs:
+        err = proc.stderr.read()
+        if proc.wait() != 0 and read_env().jit_debug:
+            print(f"[deep_gemm] a precompile worker failed:\n{err}", file=sys.stderr)
+    return len(todo)
