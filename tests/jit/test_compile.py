@@ -50,6 +50,7 @@ def check_cubin(cubin: bytes) -> None:
 def check_ptx(ptx: str, config: GemmConfig) -> None:
     assert ".target sm_90a" in ptx
     assert "wgmma.mma_async" in ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n{config.block_n}k32.f32.e4m3.e4m3 " in ptx
     assert "vprintf" not in ptx, "device printf left in the kernel"
     assert ("multicast::cluster" in ptx) == (config.num_multicast > 1)
 

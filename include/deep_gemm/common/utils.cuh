@@ -1,8 +1,6 @@
 #pragma once
 
-#include <cute/numeric/int.hpp>  // fixed-width integers under both NVRTC and nvcc
-#include <cute/numeric/integral_constant.hpp>
-#include <cute/util/type_traits.hpp>
+#include <deep_gemm/common/types.cuh>
 
 // NOTES: every message names the violated contract, so a bad host-side configuration fails at compile time
 // with a sentence instead of a template backtrace.
@@ -25,15 +23,13 @@ __host__ __device__ constexpr T const_gcd(T a, T b) {
     return b == 0 ? a : const_gcd(b, a % b);
 }
 
-// Call f(cute::Int<0>{}), ..., f(cute::Int<N - 1>{}) in order: a loop whose index is a compile-time constant.
-template <class F, size_t... I>
-__device__ __forceinline__ void static_for_impl(F&& f, cute::index_sequence<I...>) {
-    (f(cute::Int<I>{}), ...);
-}
-
-template <uint32_t N, class F>
+// Call f(Int<0>{}), ..., f(Int<N - 1>{}) in order: a loop whose index is a compile-time constant.
+template <uint32_t N, uint32_t I = 0, class F>
 __device__ __forceinline__ void static_for(F&& f) {
-    static_for_impl(f, cute::make_index_sequence<N>{});
+    if constexpr (I < N) {
+        f(Int<I>{});
+        static_for<N, I + 1>(f);
+    }
 }
 
 // Synchronise `kNumThreads` threads (whole warps) on hardware named barrier `barrier_id`.
@@ -52,6 +48,30 @@ __device__ __forceinline__ float ld_shared(const float* ptr) {
     float v;
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_u32(ptr)));
     return v;
+}
+
+// Warp-specialised register budgets: the calling warpgroup lowers (dealloc) or raises (alloc) its per-thread
+// register limit to kNumRegs. All warps of the warpgroup must execute the same call.
+template <uint32_t kNumRegs>
+__device__ __forceinline__ void warpgroup_reg_dealloc() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kNumRegs));
+}
+
+template <uint32_t kNumRegs>
+__device__ __forceinline__ void warpgroup_reg_alloc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kNumRegs));
+}
+
+// stmatrix .m8n8 .b16, not transposed: lanes 8i..8i+7 give the 16-byte row addresses of 8x8 matrix i (i < 4 for
+// x4, i < 2 for x2), and every lane's register r_i holds row lane / 4, columns 2 (lane % 4) + {0, 1} of matrix i.
+__device__ __forceinline__ void stmatrix_x4(void* smem_row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(smem_u32(smem_row)), "r"(r0), "r"(r1), "r"(r2), "r"(r3));
+}
+
+__device__ __forceinline__ void stmatrix_x2(void* smem_row, uint32_t r0, uint32_t r1) {
+    asm volatile("stmatrix.sync.aligned.x2.m8n8.shared.b16 [%0], {%1, %2};\n"
+                 :: "r"(smem_u32(smem_row)), "r"(r0), "r"(r1));
 }
 
 // Pack two floats into one register of two BF16 values (round to nearest even), low half first.

@@ -1,8 +1,6 @@
 #pragma once
 
-#include <cute/arch/copy_sm90.hpp>
-#include <cute/arch/copy_sm90_tma.hpp>
-
+#include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
 
 namespace deep_gemm::sm90 {
@@ -44,29 +42,25 @@ struct BF16Epilogue {
         #pragma unroll
         for (uint32_t c = 0; c + 1 < kNumChunks; c += 2) {
             // Lanes 0-15 address chunk c, lanes 16-31 chunk c + 1.
-            auto* dst = reinterpret_cast<cute::uint128_t*>(smem_d + chunk_offset(row, c + lane / 16));
-            cute::SM90_U32x4_STSM_N::copy(pack_bf16x2(acc[c * 4 + 0], acc[c * 4 + 1]),
-                                          pack_bf16x2(acc[c * 4 + 2], acc[c * 4 + 3]),
-                                          pack_bf16x2(acc[c * 4 + 4], acc[c * 4 + 5]),
-                                          pack_bf16x2(acc[c * 4 + 6], acc[c * 4 + 7]), *dst);
+            stmatrix_x4(smem_d + chunk_offset(row, c + lane / 16),
+                        pack_bf16x2(acc[c * 4 + 0], acc[c * 4 + 1]), pack_bf16x2(acc[c * 4 + 2], acc[c * 4 + 3]),
+                        pack_bf16x2(acc[c * 4 + 4], acc[c * 4 + 5]), pack_bf16x2(acc[c * 4 + 6], acc[c * 4 + 7]));
         }
         if constexpr (kNumChunks % 2 == 1) {
             constexpr uint32_t c = kNumChunks - 1;
-            auto* dst = reinterpret_cast<cute::uint128_t*>(smem_d + chunk_offset(row, c));
-            cute::SM90_U32x2_STSM_N::copy(pack_bf16x2(acc[c * 4 + 0], acc[c * 4 + 1]),
-                                          pack_bf16x2(acc[c * 4 + 2], acc[c * 4 + 3]), *dst);
+            stmatrix_x2(smem_d + chunk_offset(row, c), pack_bf16x2(acc[c * 4 + 0], acc[c * 4 + 1]),
+                        pack_bf16x2(acc[c * 4 + 2], acc[c * 4 + 3]));
         }
     }
 
     // Issue the TMA stores of the 64 tile rows starting at `row0` (one thread; the caller fenced and
     // synchronised the writers, and commits the bulk group). The D tensor map's box is S / 2 x 64.
-    __device__ __forceinline__ static void store_rows(const void* tensor_map_d, const uint8_t* smem_d, uint32_t row0,
-                                                      uint32_t m_start, uint32_t n_start) {
+    __device__ __forceinline__ static void store_rows(const TmaDescriptor* tensor_map_d, const uint8_t* smem_d,
+                                                      uint32_t row0, uint32_t m_start, uint32_t n_start) {
         #pragma unroll
         for (uint32_t atom = 0; atom < kNumAtoms; ++atom) {
-            cute::SM90_TMA_STORE_2D::copy(tensor_map_d, smem_d + atom * kAtomBytes + row0 * kRowBytes,
-                                          static_cast<int32_t>(n_start + atom * kRowBytes / 2),
-                                          static_cast<int32_t>(m_start + row0));
+            tma_store_2d(tensor_map_d, smem_d + atom * kAtomBytes + row0 * kRowBytes,
+                         static_cast<int32_t>(n_start + atom * kRowBytes / 2), static_cast<int32_t>(m_start + row0));
         }
     }
 };

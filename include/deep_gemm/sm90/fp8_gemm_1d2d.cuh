@@ -4,15 +4,9 @@
 // and 128x128 RHS scales (2D). Persistent and warp-specialised: one TMA producer warpgroup and one or two WGMMA
 // math warpgroups; FP32 partial sums of every 128-wide K block are scaled and promoted into FP32 registers.
 
-#include <cuda_bf16.h>
-
-#include <cute/arch/cluster_sm90.hpp>
-#include <cute/arch/copy_sm90_desc.hpp>
-#include <cute/arch/copy_sm90_tma.hpp>
-#include <cutlass/arch/barrier.h>
-#include <cutlass/arch/reg_reconfig.h>
-
+#include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/scheduler.cuh>
+#include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
 #include <deep_gemm/sm90/epilogue.cuh>
 #include <deep_gemm/sm90/mma.cuh>
@@ -62,11 +56,11 @@ __device__ __forceinline__ void advance_stage(uint32_t& stage, uint32_t& phase) 
 template <uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
           uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize>
 __global__ void __launch_bounds__(fp8_gemm_num_math_threads<BLOCK_M>() + kNumProducerThreads, 1)
-fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   // A  [m, k] e4m3, K-major
-                   const __grid_constant__ cute::TmaDescriptor tensor_map_b,   // B  [n, k] e4m3, K-major
-                   const __grid_constant__ cute::TmaDescriptor tensor_map_sa,  // SA [ceil(k/128), m'] fp32, MN-major
-                   const __grid_constant__ cute::TmaDescriptor tensor_map_d,   // D  [m, n] bf16
-                   const float* __restrict__ sb,                              // SB [ceil(n/128), ceil(k/128)] fp32
+fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [m, k] e4m3, K-major
+                   const __grid_constant__ TmaDescriptor tensor_map_b,   // B  [n, k] e4m3, K-major
+                   const __grid_constant__ TmaDescriptor tensor_map_sa,  // SA [ceil(k/128), m'] fp32, MN-major
+                   const __grid_constant__ TmaDescriptor tensor_map_d,   // D  [m, n] bf16
+                   const float* __restrict__ sb,                        // SB [ceil(n/128), ceil(k/128)] fp32
                    const uint32_t shape_m) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape ----
@@ -114,9 +108,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
     uint8_t* smem_b = smem_a + kNumStages * kSmemABytes;                             // [stages][BLOCK_N, 128]
     float* smem_sa = reinterpret_cast<float*>(smem_b + kNumStages * kSmemBBytes);   // [stages][BLOCK_M]
     float* smem_sb = smem_sa + kNumStages * BLOCK_M;  // [math WGs][2 buffers][kNumSBPerTile]
-    auto* full_barriers = reinterpret_cast<cutlass::arch::ClusterTransactionBarrier*>(
+    Barrier* full_barriers = reinterpret_cast<Barrier*>(  // [stages]
         reinterpret_cast<uint8_t*>(smem_sb) + align_up<uint32_t>(kNumMathWGs * 2 * kNumSBPerTile * 4, 8));
-    auto* empty_barriers = reinterpret_cast<cutlass::arch::ClusterBarrier*>(full_barriers + kNumStages);  // [stages]
+    Barrier* empty_barriers = full_barriers + kNumStages;  // [stages]
 
     const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
     const uint32_t lane_idx = threadIdx.x % 32;
@@ -124,10 +118,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
 
     // ---- Descriptor prefetch and barrier init ----
     if (is_tma_thread) {
-        cute::prefetch_tma_descriptor(&tensor_map_a);
-        cute::prefetch_tma_descriptor(&tensor_map_b);
-        cute::prefetch_tma_descriptor(&tensor_map_sa);
-        cute::prefetch_tma_descriptor(&tensor_map_d);
+        prefetch_tma_descriptor(&tensor_map_a);
+        prefetch_tma_descriptor(&tensor_map_b);
+        prefetch_tma_descriptor(&tensor_map_sa);
+        prefetch_tma_descriptor(&tensor_map_d);
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
             full_barriers[i].init(1);
@@ -135,11 +129,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
             // writes the stage in both CTAs.
             empty_barriers[i].init(kNumMulticast * kNumMathThreads / 32);
         }
-        cutlass::arch::fence_view_async_shared();
-        cutlass::arch::fence_barrier_init();
+        fence_proxy_async_shared();
+        fence_barrier_init();
     }
     if constexpr (kNumMulticast > 1)
-        cute::cluster_sync();
+        cluster_sync();
     else
         __syncthreads();
 
@@ -148,10 +142,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
 
     if (threadIdx.x >= kNumMathThreads) {
         // ================= Producer warpgroup =================
-        cutlass::arch::warpgroup_reg_dealloc<40>();
+        warpgroup_reg_dealloc<40>();
         if (is_tma_thread) {
-            constexpr auto kCacheHint = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-            const bool is_leader = kNumMulticast == 1 or cute::block_rank_in_cluster() == 0;
+            constexpr uint64_t kCacheHint = kTmaCacheHintEvictNormal;
+            const bool is_leader = kNumMulticast == 1 or block_rank_in_cluster() == 0;
             Scheduler scheduler(shape_m);
             uint32_t m_block, n_block, stage = 0, phase = 0;
             while (scheduler.next(m_block, n_block)) {
@@ -159,34 +153,32 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                 const auto n_idx = static_cast<int32_t>(n_block * BLOCK_N);
                 for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                     empty_barriers[stage].wait(phase ^ 1);
-                    auto* bar = reinterpret_cast<uint64_t*>(&full_barriers[stage]);
+                    const Barrier* bar = &full_barriers[stage];
                     full_barriers[stage].arrive_and_expect_tx(kStageTxBytes);
                     const auto k_idx = static_cast<int32_t>(k_block * kBlockK);
                     uint8_t* dst_a = smem_a + stage * kSmemABytes;
                     uint8_t* dst_b = smem_b + stage * kSmemBBytes;
                     if constexpr (kNumMulticast > 1 and kMulticastOnA) {
                         if (is_leader)
-                            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tensor_map_a, bar, 0b11, kCacheHint, dst_a,
-                                                                   k_idx, m_idx);
+                            tma_load_2d_multicast(&tensor_map_a, bar, 0b11, dst_a, k_idx, m_idx, kCacheHint);
                     } else {
-                        cute::SM90_TMA_LOAD_2D::copy(&tensor_map_a, bar, kCacheHint, dst_a, k_idx, m_idx);
+                        tma_load_2d(&tensor_map_a, bar, dst_a, k_idx, m_idx, kCacheHint);
                     }
                     if constexpr (kNumMulticast > 1 and not kMulticastOnA) {
                         if (is_leader)
-                            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tensor_map_b, bar, 0b11, kCacheHint, dst_b,
-                                                                   k_idx, n_idx);
+                            tma_load_2d_multicast(&tensor_map_b, bar, 0b11, dst_b, k_idx, n_idx, kCacheHint);
                     } else {
-                        cute::SM90_TMA_LOAD_2D::copy(&tensor_map_b, bar, kCacheHint, dst_b, k_idx, n_idx);
+                        tma_load_2d(&tensor_map_b, bar, dst_b, k_idx, n_idx, kCacheHint);
                     }
-                    cute::SM90_TMA_LOAD_2D::copy(&tensor_map_sa, bar, kCacheHint, smem_sa + stage * BLOCK_M,
-                                                 m_idx, static_cast<int32_t>(k_block));
+                    tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, m_idx, static_cast<int32_t>(k_block),
+                                kCacheHint);
                     advance_stage<kNumStages>(stage, phase);
                 }
             }
         }
     } else {
         // ================= Math warpgroups =================
-        cutlass::arch::warpgroup_reg_alloc<kNumMathWGs == 1 ? 248 : 232>();
+        warpgroup_reg_alloc<kNumMathWGs == 1 ? 248 : 232>();
         const uint32_t math_wg = threadIdx.x / 128;
         const uint32_t warp_row = (warp_idx % 4) * 16;  // the warp's first row inside a 64-row WGMMA tile
         const uint32_t lane_row = lane_idx / 4;          // this thread's rows: lane_row and lane_row + 8
@@ -215,16 +207,16 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
             const uint8_t* tile_b = smem_b + stage * kSmemBBytes;
             #pragma unroll
             for (uint32_t i = 0; i < kNumAccum; ++i)
-                cute::warpgroup_fence_operand(acc[i]);
-            cute::warpgroup_arrive();
+                wgmma_fence_operand(acc[i]);
+            wgmma_fence();
             #pragma unroll
             for (uint32_t k = 0; k < kBlockK / WGMMA::K; ++k)
                 WGMMA::mma(make_kmajor_sw128_desc(tile_a + k * WGMMA::K), make_kmajor_sw128_desc(tile_b + k * WGMMA::K),
                            acc, k > 0);
-            cute::warpgroup_commit_batch();
+            wgmma_commit_group();
             #pragma unroll
             for (uint32_t i = 0; i < kNumAccum; ++i)
-                cute::warpgroup_fence_operand(acc[i]);
+                wgmma_fence_operand(acc[i]);
         };
         // The stage's A/B/SA are consumed: let the producer(s) refill it (one arrival per warp per cluster CTA).
         auto release = [&](uint32_t stage) {
@@ -233,11 +225,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     empty_barriers[stage].arrive();
             } else {
                 if (lane_idx < kNumMulticast)
-                    empty_barriers[stage].arrive(lane_idx);
+                    empty_barriers[stage].arrive_cluster(lane_idx);
             }
         };
         // Promotion: final += partial * SA(row) * SB(n block of the column, k block).
-        // `straddle` is the tile's straddle case (see kNumStraddleCases): a cute::Int (columns' scales chosen at
+        // `straddle` is the tile's straddle case (see kNumStraddleCases): an Int (columns' scales chosen at
         // compile time) or a uint32_t (chosen per column at run time).
         auto promote = [&](float* final_acc, const float* acc, const Scales& scales, auto straddle) {
             const uint32_t straddle_col = 128 - static_cast<uint32_t>(straddle) * kScaleGcd;
@@ -328,7 +320,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     auto retire = [&](auto buf, uint32_t done_stage) {
                         #pragma unroll
                         for (uint32_t i = 0; i < kNumAccum; ++i)
-                            cute::warpgroup_fence_operand(partial[decltype(buf)::value][i]);
+                            wgmma_fence_operand(partial[decltype(buf)::value][i]);
                         release(done_stage);
                         promote(final_accum[0], partial[decltype(buf)::value], scales[decltype(buf)::value],
                                 straddle);
@@ -337,8 +329,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     // promote k_block.
                     auto step = [&](auto parity, uint32_t k_block) {
                         const uint32_t done_stage = cur_stage;
-                        issue_next(cute::Int<1 - decltype(parity)::value>{}, k_block + 1);
-                        cute::warpgroup_wait<1>();
+                        issue_next(Int<1 - decltype(parity)::value>{}, k_block + 1);
+                        wgmma_wait_group<1>();
                         retire(parity, done_stage);
                     };
                     // A chunk of kLen K blocks, pipelined inside and drained at its end.
@@ -348,17 +340,17 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                     // the price of one exposed promotion per chunk.
                     auto run_chunk = [&](auto len, uint32_t k0) {
                         constexpr uint32_t kLen = decltype(len)::value;
-                        issue_next(cute::Int<0>{}, k0);
-                        static_for<kLen - 1>([&](auto i) { step(cute::Int<decltype(i)::value % 2>{}, k0 + i); });
-                        cute::warpgroup_wait<0>();
-                        retire(cute::Int<(kLen - 1) % 2>{}, cur_stage);
+                        issue_next(Int<0>{}, k0);
+                        static_for<kLen - 1>([&](auto i) { step(Int<decltype(i)::value % 2>{}, k0 + i); });
+                        wgmma_wait_group<0>();
+                        retire(Int<(kLen - 1) % 2>{}, cur_stage);
                     };
                     constexpr uint32_t kOverlapChunk = 8;
                     #pragma unroll 1
                     for (uint32_t k0 = 0; k0 + kOverlapChunk <= kNumKBlocks; k0 += kOverlapChunk)
-                        run_chunk(cute::Int<kOverlapChunk>{}, k0);
+                        run_chunk(Int<kOverlapChunk>{}, k0);
                     if constexpr (kNumKBlocks % kOverlapChunk != 0)
-                        run_chunk(cute::Int<kNumKBlocks % kOverlapChunk>{},
+                        run_chunk(Int<kNumKBlocks % kOverlapChunk>{},
                                   kNumKBlocks / kOverlapChunk * kOverlapChunk);
                 } else {
                     // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
@@ -369,7 +361,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
                         for (uint32_t s = 0; s < kNumSubTiles; ++s) {
                             const Scales scales = load_scales(stage, s, k_block);
                             issue_mma(stage, s, partial[0]);
-                            cute::warpgroup_wait<0>();
+                            wgmma_wait_group<0>();
                             if (s + 1 == kNumSubTiles)
                                 release(stage);
                             promote(final_accum[s], partial[0], scales, straddle);
@@ -383,7 +375,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
             // and picked per tile, with many it stays a run-time choice (the heuristic avoids those widths
             // where the GEMM is compute-bound).
             if constexpr (kNumStraddleCases == 1) {
-                k_loop(cute::Int<0>{});
+                k_loop(Int<0>{});
             } else if constexpr (kNumStraddleCases <= kMaxStaticStraddleCases) {
                 static_for<kNumStraddleCases>([&](auto c) {
                     if (straddle_case == decltype(c)::value)
@@ -399,30 +391,30 @@ fp8_gemm_1d2d_impl(const __grid_constant__ cute::TmaDescriptor tensor_map_a,   /
             const bool is_wg_leader = wg_thread == 0;
             // The warpgroup's previous TMA stores must have read smem_d before it is overwritten.
             if (is_wg_leader)
-                cute::tma_store_wait<0>();
+                tma_store_wait<0>();
             named_barrier_sync<128>(2 + math_wg);
             #pragma unroll
             for (uint32_t s = 0; s < kNumSubTiles; ++s)
                 Epilogue::write_warp(smem_d, final_accum[s], (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row,
                                      lane_idx);
-            cute::tma_store_fence();
+            fence_proxy_async_shared();
             named_barrier_sync<128>(2 + math_wg);
             if (is_wg_leader) {
                 #pragma unroll
                 for (uint32_t s = 0; s < kNumSubTiles; ++s)
                     Epilogue::store_rows(&tensor_map_d, smem_d, (s * kNumMathWGs + math_wg) * WGMMA::M,
                                          m_block * BLOCK_M, n_start);
-                cute::tma_store_arrive();
+                tma_store_commit();
             }
             m_block = next_m_block, n_block = next_n_block, has_tile = has_next, sb_buf ^= 1;
         }
         if (threadIdx.x % 128 == 0)
-            cute::tma_store_wait<0>();
+            tma_store_wait<0>();
     }
 
     // NOTES: a CTA must outlive every remote barrier arrival and multicast write its cluster peer still sends.
     if constexpr (kNumMulticast > 1)
-        cute::cluster_sync();
+        cluster_sync();
 #endif
 }
 

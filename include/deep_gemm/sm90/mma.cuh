@@ -1,14 +1,7 @@
 #pragma once
 
-// NOTES: unlocks CuTe's WGMMA atoms for N not a power of two (24, 112, 144, ...), which fill the last wave.
-#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
-#endif
-#include <cute/arch/mma_sm90.hpp>
-#include <cute/arch/mma_sm90_desc.hpp>
-#include <cute/util/type_traits.hpp>
-
 #include <deep_gemm/common/utils.cuh>
+#include <deep_gemm/sm90/wgmma_e4m3.cuh>
 
 namespace deep_gemm::sm90 {
 
@@ -25,28 +18,44 @@ __device__ __forceinline__ uint64_t make_kmajor_sw128_desc(const void* smem_ptr)
     return start | (kStrideByteOffset << 32) | (kLayoutSwizzle128B << 62);
 }
 
+// WGMMA ordering. A batch of WGMMAs is: fence the accumulators, `wgmma_fence`, issue, `wgmma_commit_group`; its
+// accumulators may be read once a `wgmma_wait_group<N>` returns with at most N newer batches still in flight.
+// NOTES: fence, commit and wait clobber "memory" so the compiler keeps shared-memory accesses on the right side of
+// them (the WGMMA itself does not, as in CuTe).
+
+// Registers (accumulators) written before this may be read by the WGMMAs issued after it.
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit_group() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <uint32_t kNumInFlight>
+__device__ __forceinline__ void wgmma_wait_group() {
+    DG_STATIC_ASSERT(kNumInFlight <= 7, "wgmma.wait_group takes 0..7");
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kNumInFlight) : "memory");
+}
+
+// An empty asm that reads and writes `reg`: the compiler may not move accesses to an accumulator across it, so
+// nothing touches accumulators between issuing an asynchronous WGMMA and waiting for it.
+__device__ __forceinline__ void wgmma_fence_operand(float& reg) {
+    asm volatile("" : "+f"(reg) :: "memory");
+}
+
 // One m64 x BLOCK_N x k32 e4m3 x e4m3 -> FP32 WGMMA with both operands in shared memory.
 template <uint32_t BLOCK_N>
 struct FP8WGMMA {
+    DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 8 and BLOCK_N <= 256,
+                     "WGMMA N must be a multiple of 8 in [8, 256]");
     static constexpr uint32_t M = 64;
     static constexpr uint32_t K = 32;
     static constexpr uint32_t kNumAccum = M * BLOCK_N / 128;  // FP32 accumulators per thread
-    using Op = decltype(cute::SM90::GMMA::ss_op_selector<cute::float_e4m3_t, cute::float_e4m3_t, float,
-                                                          cute::Shape<cute::Int<M>, cute::Int<BLOCK_N>, cute::Int<K>>,
-                                                          cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>());
-    DG_STATIC_ASSERT(sizeof(typename Op::CRegisters) == kNumAccum * sizeof(float),
-                     "CuTe picked a WGMMA atom narrower than BLOCK_N (extended shapes disabled?)");
-
-    template <size_t... I>
-    __device__ __forceinline__ static void call(uint64_t desc_a, uint64_t desc_b, float* d, bool accumulate,
-                                                cute::index_sequence<I...>) {
-        Op::fma(desc_a, desc_b, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One
-                                                    : cute::SM90::GMMA::ScaleOut::Zero);
-    }
 
     // d[kNumAccum] (+)= A[64 x 32] * B[BLOCK_N x 32]^T
     __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, float* d, bool accumulate) {
-        call(desc_a, desc_b, d, accumulate, cute::make_index_sequence<kNumAccum>{});
+        WGMMAE4M3<BLOCK_N>::mma(desc_a, desc_b, d, accumulate);
     }
 };
 
