@@ -1,11 +1,8 @@
-# Source on the H200 device machine (no registry there): installs the carried CUTLASS wheel and the project.
-# Usage: source tools/h200_env.sh   (expects .carry/nvidia_cutlass-4.2.0.0-py3-none-any.whl)
+# Source on the H200 device machine (no registry there; everything the project needs is installed): puts the
+# checkout on PYTHONPATH and builds its launch module.
+# Usage: source tools/h200_env.sh
 set -e
-export DG_SITE=/tmp/dg_site
-if [ ! -d "$DG_SITE/cutlass_library" ]; then
-    pip install --quiet --no-index --no-deps --target "$DG_SITE" .carry/nvidia_cutlass-4.2.0.0-py3-none-any.whl
-fi
-export PYTHONPATH="$DG_SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 export DG_JIT_CACHE_DIR="${DG_JIT_CACHE_DIR:-/tmp/dg_cache}"
 # NOTES: /usr/bin's compiler: the default /opt/gcc wrapper links libstdc++ statically (TOOLCHAIN.md trap).

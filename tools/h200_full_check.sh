@@ -1,5 +1,5 @@
 # Full GPU check on the H200 (device tool): both compilers, the AOT cache from a CPU machine, the benchmark.
-# Usage (from the repo root, with .carry/ holding the CUTLASS wheel and optionally aot_cache/):
+# Usage (from the repo root, with .carry/aot_cache/ optionally holding a cache filled on a CPU machine):
 #   source tools/h200_env.sh; bash tools/h200_full_check.sh $OUT
 set -o pipefail
 OUTDIR=${1:-/tmp/dg_out}

@@ -53,25 +53,13 @@ _HEADERS: dict = {}
 
 def cache_key(code: str, compiler_identity: str, flags, arch: str) -> str:
     h = hashlib.sha256()
-    # NOTES: include dirs differ between machines; hash what they hold instead (project header contents, the
-    # CUTLASS version), so a cache filled ahead of time on a CPU-only machine hits on the GPU machine.
+    # NOTES: include dirs differ between machines; hash what they hold instead (the project headers' contents, the
+    # only headers the kernels include), so a cache filled ahead of time on a CPU-only machine hits on the GPU machine.
     stable_flags = [f for f in flags if not f.startswith("-I")]
     for part in (f"format={_FORMAT}", code, _headers_digest_cached(), compiler_identity, " ".join(stable_flags),
-                 arch, _third_party_identity()):
+                 arch):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:32]
-
-
-def _third_party_identity() -> str:
-    if "third_party" not in _HEADERS:
-        try:
-            from importlib.metadata import version
-            cutlass = version("nvidia-cutlass")
-        except Exception:
-            cutlass = "unknown"
-        # NOTES: versions, not paths: an entry built ahead of time on another machine must hit here.
-        _HEADERS["third_party"] = f"cutlass={cutlass}"
-    return _HEADERS["third_party"]
 
 
 class KernelCache:

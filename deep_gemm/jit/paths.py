@@ -1,6 +1,5 @@
-"""Where the headers the JIT compiles against live (project, CUTLASS/CuTe, CUDA runtime, CCCL)."""
+"""Where the headers the JIT compiles against live."""
 import functools
-import importlib.util
 import os
 from typing import List
 
@@ -20,50 +19,10 @@ def project_include_dir() -> str:
     raise ToolchainError(f"deep_gemm headers not found next to {_PACKAGE_DIR}; reinstall the package")
 
 
-@functools.lru_cache(maxsize=None)
-def cutlass_include_dir() -> str:
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            path = os.path.join(loc, "source", "include")
-            if os.path.isfile(os.path.join(path, "cute", "tensor.hpp")):
-                return path
-    raise ToolchainError("CuTe/CUTLASS headers not found: `pip install nvidia-cutlass==4.2.0.0`")
-
-
-def _cuda_home_include() -> List[str]:
-    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
-    return [os.path.join(h, "include") for h in homes if h and os.path.isdir(os.path.join(h, "include"))]
-
-
-@functools.lru_cache(maxsize=None)
-def cuda_include_dirs() -> List[str]:
-    """cudart + CCCL headers, and the CCCL dir's parent (CUTLASS 4.2 on CUDA 13 includes <cccl/cuda/std/...>)."""
-    dirs: List[str] = []
-    try:
-        from cuda import pathfinder
-        for lib in ("cudart", "cccl"):
-            found = pathfinder.find_nvidia_header_directory(lib)
-            if found:
-                dirs.append(found)
-                if lib == "cccl":
-                    dirs.append(os.path.dirname(found))
-    except Exception:  # pathfinder missing or too old: fall back to the CUDA toolkit
-        pass
-    for inc in _cuda_home_include():
-        dirs += [inc, os.path.join(inc, "cccl")]
-    result = []
-    for d in dirs:
-        if os.path.isdir(d) and d not in result:
-            result.append(d)
-    if not any(os.path.isfile(os.path.join(d, "cuda_bf16.h")) for d in result):
-        raise ToolchainError("CUDA runtime headers (cuda_bf16.h) not found: "
-                             "`pip install \"cuda-toolkit[nvrtc,cudart,cccl,crt]==13.0.3\"` or set CUDA_HOME")
-    return result
-
-
 def include_dirs() -> List[str]:
-    return [project_include_dir(), cutlass_include_dir()] + cuda_include_dirs()
+    """What the compilers get as -I: the kernels include only project headers (no CUDA, CCCL or CuTe headers; NVRTC
+    and nvcc provide the CUDA built-ins such as `__shfl_sync` themselves)."""
+    return [project_include_dir()]
 
 
 def project_headers() -> List[str]:
