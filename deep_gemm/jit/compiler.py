@@ -1,13 +1,16 @@
 """Compilers: NVRTC (default, in-process through cuda-bindings) and nvcc (DG_JIT_USE_NVCC=1)."""
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
+from ..envs import read_env
 from .paths import ToolchainError, include_dirs
 
 # NOTES: -DNDEBUG matters for speed: device `assert`s make ptxas serialise WGMMA (warning C7510).
@@ -70,6 +73,30 @@ class NVRTCCompiler(Compiler):
 
     @functools.lru_cache(maxsize=None)
     def identity(self) -> str:
+        # NOTES: importing cuda.bindings.nvrtc costs 30-60 ms (it loads cuda.pathfinder), which dominated a cache
+        # hit in a fresh process; the version is remembered per installation stamp in the cache directory.
+        path = os.path.join(read_env().jit_cache_dir, "nvrtc_identity", _install_stamp())
+        try:
+            with open(path) as f:
+                remembered = f.read().strip()
+            if remembered.startswith("nvrtc-"):
+                return remembered
+        except OSError:
+            pass
+        identity = self.loaded_identity()
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(identity)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        return identity
+
+    @functools.lru_cache(maxsize=None)
+    def loaded_identity(self) -> str:
+        """The version reported by the NVRTC library itself (loads it)."""
         try:
             from cuda.bindings import nvrtc
         except ImportError as e:  # pragma: no cover - depends on the install
@@ -87,7 +114,9 @@ class NVRTCCompiler(Compiler):
 
     def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False) -> CompileResult:
         from cuda.bindings import nvrtc
-        self.identity()
+        if self.loaded_identity() != self.identity():
+            raise ToolchainError(f"the loaded NVRTC is {self.loaded_identity()} but this installation was recorded as "
+                                 f"{self.identity()}; remove {os.path.join(read_env().jit_cache_dir, 'nvrtc_identity')}")
         start = time.perf_counter()
         err, prog = nvrtc.nvrtcCreateProgram(code.encode(), b"deep_gemm_kernel.cu", 0, [], [])
         _check_nvrtc(err, what="nvrtcCreateProgram")
@@ -111,6 +140,31 @@ class NVRTCCompiler(Compiler):
         finally:
             nvrtc.nvrtcDestroyProgram(prog)
         return CompileResult(bytes(cubin), ptx, log, time.perf_counter() - start)
+
+
+@functools.lru_cache(maxsize=None)
+def _install_stamp() -> str:
+    """A cheap fingerprint of where libnvrtc can come from: the NVRTC / cuda-bindings wheels on sys.path (their
+    dist-info names carry the versions) and the CUDA toolkits' libnvrtc files (path, size, mtime)."""
+    parts = [sys.prefix]
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        parts += [f"{entry}/{n}" for n in sorted(names)
+                  if n.endswith(".dist-info") and n.startswith(("nvidia_cuda_nvrtc", "cuda_bindings"))]
+    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    for lib in sorted({os.path.join(h, d) for h in homes if h for d in ("lib64", "lib")}):
+        try:
+            names = os.listdir(lib)
+        except OSError:
+            continue
+        for n in sorted(names):
+            if n.startswith("libnvrtc.so"):
+                st = os.stat(os.path.join(lib, n))
+                parts.append(f"{lib}/{n}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
 def find_nvcc(explicit: str = "") -> str:

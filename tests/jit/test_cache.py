@@ -408,3 +408,19 @@ def test_build_many_fills_the_cache_in_parallel(tmp_path, monkeypatch):
     assert build_many(sources, ARCH, jobs=2) == 0
     for s in sources:
         assert jit.build(s, ARCH)[1], "expected a disk-cache hit"
+
+
+def test_nvrtc_identity_is_remembered_per_installation(tmp_path, monkeypatch):
+    """A cache hit must not load NVRTC: its version is remembered per installation stamp (fresh process checks)."""
+    env = dict(os.environ, DG_JIT_CACHE_DIR=str(tmp_path))
+    code = ("import sys; from deep_gemm.jit.compiler import NVRTCCompiler; c = NVRTCCompiler(); "
+            "print(c.identity(), 'cuda.bindings.nvrtc' in sys.modules)")
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    ident, loaded = first.stdout.split()
+    assert ident.startswith("nvrtc-") and loaded == "True"
+    assert second.stdout.split() == [ident, "False"]
+    (stamp,) = os.listdir(tmp_path / "nvrtc_identity")
+    (tmp_path / "nvrtc_identity" / stamp).write_text("garbage")
+    third = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert third.stdout.split() == [ident, "True"]  # an unreadable record is replaced by the loaded version
