@@ -1,5 +1,6 @@
 # GPU check for the host/compile work (device tool): launch-path builds, SASS sanity, GPU tests, benchmark.
-# Usage: source tools/h200_env.sh; bash tools/h200_issue3.sh $OUT [--skip-tests] [--skip-bench]
+# Usage: source tools/h200_env.sh; bash tools/h200_issue3.sh $OUT [--skip-tests] [--skip-bench] [--nvcc] [--sanitizer]
+#        [--bench-shapes "MxNxK ..."]
 set -o pipefail
 OUTDIR=${1:-/tmp/dg_out}
 mkdir -p "$OUTDIR"
@@ -32,4 +33,19 @@ fi
 if [[ " $* " != *" --skip-bench "* ]]; then
     echo "== benchmark"
     timeout 240 python benchmarks/bench.py --json "$OUTDIR/bench.json" 2>&1 | grep -v -i warn | tee "$OUTDIR/bench.log"
+fi
+if [[ " $* " == *" --nvcc "* ]]; then
+    echo "== GPU tests (nvcc)"
+    DG_JIT_USE_NVCC=1 DG_JIT_CACHE_DIR=/tmp/dg_cache_nvcc timeout 300 python -m pytest tests/gpu -q -x 2>&1 \
+        | tee "$OUTDIR/pytest_nvcc.log" | tail -2
+fi
+if [[ " $* " == *" --sanitizer "* ]]; then
+    echo "== compute-sanitizer through the public API: first call (Python path), then C++ launch paths"
+    for tool in memcheck synccheck; do
+        # NOTES: host API errors are not reported: cuda-bindings probes driver entry points that driver 580 lacks.
+        timeout 150 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
+            python tools/smoke_fast_paths.py > "$OUTDIR/sanitizer_${tool}.log" 2>&1
+        echo "$tool: exit $? $(grep -E "ERROR SUMMARY" "$OUTDIR/sanitizer_${tool}.log" | tail -1)"
+        grep -E "^path" "$OUTDIR/sanitizer_${tool}.log"
+    done
 fi
