@@ -71,9 +71,9 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
         _python_path(lhs, rhs, out)
 
 
-def _python_path(lhs, rhs, out) -> Optional[tuple]:
-    """The whole call in Python: validate (cached per layout), then launch. Returns a plan for the C++ fast path
-    (`deep_gemm._C`) when later calls with this layout can skip Python, else None."""
+def _python_path(lhs, rhs, out, want_plan: bool = False) -> Optional[tuple]:
+    """The whole call in Python: validate (cached per layout), then launch. With `want_plan`, returns a plan for
+    the C++ fast path when later calls with this layout can skip Python, else None."""
     key = _layout_key(lhs, rhs, out)
     layout = _layouts.get(key) if key is not None else None
     if layout is None:
@@ -110,7 +110,7 @@ def _python_path(lhs, rhs, out) -> Optional[tuple]:
             _launch(a, sa, b, sb, out, layout)
         return None
     launched = _launch(a, sa, b, sb, out, layout)
-    if not direct or launched is None:
+    if not (want_plan and direct):
         return None
     plan, specs = launched
     if fast_path_name() != "torch_ext":
@@ -128,9 +128,14 @@ def _launch(a, sa, b, sb, out, layout: _Layout):
     return launched
 
 
+def _python_path_with_plan(lhs, rhs, out) -> Optional[tuple]:
+    """What the C++ module calls for a call it cannot launch itself."""
+    return _python_path(lhs, rhs, out, want_plan=True)
+
+
 def _init_fast_module(module):
-    module.init(_python_path, getattr(torch._C, "_cuda_getCurrentRawStream", None), CUDADriverError, torch.Tensor,
-                torch.nn.Parameter, torch.float8_e4m3fn, torch.float32, torch.bfloat16)
+    module.init(_python_path_with_plan, getattr(torch._C, "_cuda_getCurrentRawStream", None), CUDADriverError,
+                torch.Tensor, torch.nn.Parameter, torch.float8_e4m3fn, torch.float32, torch.bfloat16)
     on_num_sms_change(module.clear)
     return module
 
