@@ -11,8 +11,8 @@ from .parallel import build_many
 from .paths import ToolchainError, include_dirs, project_include_dir
 from .runtime import CUDADriverError, LoadedKernel
 
-__all__ = ["KernelSource", "build", "build_many", "load", "CompileError", "CacheError", "ToolchainError", "CUDADriverError",
-           "include_dirs", "project_include_dir"]
+__all__ = ["KernelSource", "build", "build_many", "load", "CompileError", "CacheError", "ToolchainError",
+           "CUDADriverError", "include_dirs", "project_include_dir"]
 
 _loaded: Dict[Tuple[str, str], LoadedKernel] = {}
 _lock = threading.Lock()

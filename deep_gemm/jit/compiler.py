@@ -115,8 +115,9 @@ class NVRTCCompiler(Compiler):
     def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False) -> CompileResult:
         from cuda.bindings import nvrtc
         if self.loaded_identity() != self.identity():
-            raise ToolchainError(f"the loaded NVRTC is {self.loaded_identity()} but this installation was recorded as "
-                                 f"{self.identity()}; remove {os.path.join(read_env().jit_cache_dir, 'nvrtc_identity')}")
+            record = os.path.join(read_env().jit_cache_dir, "nvrtc_identity")
+            raise ToolchainError(f"the loaded NVRTC is {self.loaded_identity()} but this installation was recorded "
+                                 f"as {self.identity()}; remove {record}")
         start = time.perf_counter()
         err, prog = nvrtc.nvrtcCreateProgram(code.encode(), b"deep_gemm_kernel.cu", 0, [], [])
         _check_nvrtc(err, what="nvrtcCreateProgram")
