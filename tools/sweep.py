@@ -17,21 +17,13 @@ from deep_gemm.launchers import sm90_fp8_gemm_1d2d
 from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequant_per_token
 
 
-def candidates(m, n, k, bms, bns, sms, max_stages=8, splits=(1,), multicast=True):
+def candidates(m, n, k, bms, bns, sms, max_stages=8):
     out = []
     for bm in bms:
         for bn in bns:
             if bm == 256 and bn > 128:
                 continue
-            for split in splits:
-                if split > 1 and bm == 64:
-                    try:
-                        out.append(build_sm90_config(m, n, k, bm, bn, sms, max_stages=max_stages, split_k=split))
-                    except ValueError:  # no stage fits next to the split-K slots
-                        pass
-            if 1 not in splits:
-                continue
-            for mc, on_a in ((1, True), (2, True), (2, False)) if multicast else ((1, True),):
+            for mc, on_a in ((1, True), (2, True), (2, False)):
                 if mc == 2 and on_a and ceil_div(n, bn) % 2:
                     continue
                 if mc == 2 and not on_a and ceil_div(m, bm) % 2:
@@ -52,15 +44,13 @@ def main():
     p.add_argument("--bn", type=int, nargs="*", default=[96, 112, 128, 144, 160])
     p.add_argument("--num-tests", type=int, default=15)
     p.add_argument("--max-stages", type=int, nargs="*", default=[8], help="also try shallower pipelines")
-    p.add_argument("--split", type=int, nargs="*", default=[1], help="split-K cluster sizes (BLOCK_M = 64 only)")
-    p.add_argument("--no-multicast", action="store_true")
     args = p.parse_args()
     sms = deep_gemm.get_num_sms()
     work = []
     for s in args.shapes:
         m, n, k = (int(v) for v in s.split("x"))
         for max_stages in args.max_stages:
-            for cfg in candidates(m, n, k, args.bm, args.bn, sms, max_stages, args.split, not args.no_multicast):
+            for cfg in candidates(m, n, k, args.bm, args.bn, sms, max_stages):
                 work.append((m, n, k, cfg))
     with ProcessPoolExecutor(16) as pool:
         list(pool.map(_build, [(n, k, c) for _, n, k, c in work]))
@@ -82,7 +72,7 @@ def main():
         fn()
         diff = calc_diff(out, ref)
         t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=args.num_tests)
-        mc = f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}" + (f" split{cfg.split_k}" if cfg.split_k > 1 else "")
+        mc = f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
         print(f"  {cfg.block_m}x{cfg.block_n} st{cfg.num_stages} mc{mc} sms{cfg.num_sms}: {t * 1e6:8.1f} us "
               f"{2 * m * n * k / t / 1e12:6.0f} TFLOPS diff {diff:.1e}", flush=True)
 

@@ -46,16 +46,9 @@ class GemmConfig:
     num_sms: int            # persistent grid size
     smem_size: int
     num_threads: int
-    split_k: int = 1        # CTAs of a cluster that split one tile's K range (1 = no split)
-
-    @property
-    def cluster_size(self) -> int:
-        return max(self.num_multicast, self.split_k)
 
     def __post_init__(self):
-        if self.num_multicast > 1 and self.split_k > 1:
-            raise ValueError("multicast and split-K do not combine")
-        if self.num_sms % self.cluster_size != 0:
+        if self.num_sms % self.num_multicast != 0:
             raise ValueError("the grid must be a multiple of the cluster size")
 
 

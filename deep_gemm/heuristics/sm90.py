@@ -43,16 +43,14 @@ def swizzle_d_bytes(block_n: int) -> int:
     return 0
 
 
-def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, split_k: int = 1) -> int:
+def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int) -> int:
     """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality)."""
     num_k_blocks = ceil_div(k, BLOCK_K)
     d = align(block_m * block_n * 2, 1024)
     stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
     # RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32
     sb = align(num_math_threads(block_m) // 128 * 2 * num_k_blocks * (2 if may_straddle(block_n) else 1) * 4, 8)
-    # Split-K: the leader's FP32 slots for the other CTAs' partial tiles, plus two barriers.
-    reduction = (split_k - 1) * block_m * block_n * 4 + 2 * 8 if split_k > 1 else 0
-    return d + num_stages * stage + sb + num_stages * 2 * 8 + reduction
+    return d + num_stages * stage + sb + num_stages * 2 * 8
 
 
 def _legal_block(block_m: int, block_n: int) -> bool:
@@ -134,26 +132,13 @@ def _pick_blocks(m: int, n: int, k: int, sms: int) -> Tuple[int, int, int]:
 
 
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
-                      multicast_on_a: bool = True, max_stages: int = MAX_STAGES, split_k: int = 1) -> GemmConfig:
+                      multicast_on_a: bool = True, max_stages: int = MAX_STAGES) -> GemmConfig:
     """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
     the number of waves. Also used by tools/ to time configurations the heuristic did not pick."""
-    stages = next((s for s in range(max_stages, 0, -1)
-                   if sm90_smem_size(k, block_m, block_n, s, split_k) <= SMEM_BUDGET), 0)
+    stages = next((s for s in range(max_stages, 0, -1) if sm90_smem_size(k, block_m, block_n, s) <= SMEM_BUDGET), 0)
     if stages == 0:
-        raise ValueError(f"k={k}, {block_m}x{block_n}, split_k={split_k}: not even one pipeline stage fits in "
-                         f"shared memory (the RHS scales of one N block, or the split-K slots, are too large)")
+        raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
     tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
-    if split_k > 1:
-        # A cluster of split_k CTAs per tile: waves over clusters.
-        if num_multicast > 1 or block_m != 64 or split_k > ceil_div(k, BLOCK_K):
-            raise ValueError("split-K needs BLOCK_M = 64, no multicast and a K block per CTA")
-        workers = num_sms // split_k
-        waves = num_waves(tiles, workers)
-        grid = min(workers, ceil_div(tiles, waves)) * split_k
-        return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages, num_multicast=1,
-                          multicast_on_a=True, swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
-                          smem_size=sm90_smem_size(k, block_m, block_n, stages, split_k),
-                          num_threads=num_math_threads(block_m) + 128, split_k=split_k)
     waves = num_waves(tiles, num_sms)
     grid = min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
     if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
@@ -180,8 +165,7 @@ VARIANT_M_CAP = 1 << 16
 def kernel_key(config: GemmConfig) -> Tuple:
     """What makes two configs the same compiled kernel (everything but the grid size)."""
     return (config.block_m, config.block_n, config.num_stages, config.num_multicast,
-            config.multicast_on_a if config.num_multicast > 1 else True, config.split_k, config.swizzle_d_bytes,
-            config.smem_size)
+            config.multicast_on_a if config.num_multicast > 1 else True, config.swizzle_d_bytes, config.smem_size)
 
 
 @functools.lru_cache(maxsize=1024)

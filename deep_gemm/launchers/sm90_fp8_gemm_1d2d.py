@@ -21,7 +21,7 @@ FUNCTION = "deep_gemm::sm90::fp8_gemm_1d2d_impl"
 def kernel_source(n: int, k: int, config: GemmConfig) -> jit.KernelSource:
     """The template instantiation for (n, k, config); m stays a run-time argument."""
     args = (n, k, config.block_m, config.block_n, config.num_stages, config.num_multicast, config.multicast_on_a,
-            config.split_k, config.swizzle_d_bytes, config.smem_size)
+            config.swizzle_d_bytes, config.smem_size)
     return jit.KernelSource(name="sm90_fp8_gemm_1d2d", header=HEADER, function=FUNCTION, template_args=args)
 
 
@@ -60,7 +60,7 @@ def _plan(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str,
             precompile_variants(n, k, num_sms, arch)
         ensure_context(device_index)
         kernel = jit.load(kernel_source(n, k, config), arch, config.num_threads, config.smem_size)
-        launch_config, function = kernel.launch_config(device_index, config.num_sms, config.cluster_size)
+        launch_config, function = kernel.launch_config(device_index, config.num_sms, config.num_multicast)
         plan = _plans[key] = _Plan(config, kernel, launch_config, function)
     return plan
 
@@ -102,4 +102,4 @@ def fast_plan(plan: _Plan, specs, m: int, device_index: int, extents: Tuple[int,
     """The tuple `deep_gemm._C` caches for a layout: everything a launch needs except the five pointers."""
     cfg = plan.config
     return (int(plan.function), int(current_context()), device_index, cfg.num_sms, cfg.num_threads, cfg.smem_size,
-            cfg.cluster_size, m, tuple(extents), tuple((s[0], *tma_enum_values(*s[1:])) for s in specs))
+            cfg.num_multicast, m, tuple(extents), tuple((s[0], *tma_enum_values(*s[1:])) for s in specs))

@@ -54,34 +54,6 @@ struct Barrier {
             :: "r"(smem_u32(this)), "r"(cta_rank));
     }
 
-    // Cross-CTA hand-off of plain shared-memory data (split-K reduction): a release at cluster scope orders this
-    // thread's earlier shared::cluster stores before the arrival on CTA `cta_rank`'s barrier...
-    __device__ __forceinline__ void arrive_release_cluster(uint32_t cta_rank) {
-        asm volatile(
-            "{\n\t"
-            ".reg .b32 remote;\n\t"
-            "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-            "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t"
-            "}"
-            :: "r"(smem_u32(this)), "r"(cta_rank) : "memory");
-    }
-
-    // ...and the waiter acquires at cluster scope, so the data written by the arriving CTAs is visible after it.
-    // NOTES: the "memory" clobber keeps the compiler from moving plain shared-memory loads above the wait.
-    __device__ __forceinline__ void wait_acquire_cluster(uint32_t phase) {
-        constexpr uint32_t kSuspendTimeHint = 10000000;
-        asm volatile(
-            "{\n\t"
-            ".reg .pred done;\n\t"
-            "WAIT_ACQ_LOOP:\n\t"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1, %2;\n\t"
-            "@done bra WAIT_ACQ_DONE;\n\t"
-            "bra WAIT_ACQ_LOOP;\n\t"
-            "WAIT_ACQ_DONE:\n\t"
-            "}"
-            :: "r"(smem_u32(this)), "r"(phase), "r"(kSuspendTimeHint) : "memory");
-    }
-
     // Arrive and announce `num_bytes` more bytes that asynchronous copies will complete on this barrier.
     __device__ __forceinline__ void arrive_and_expect_tx(uint32_t num_bytes) {
         asm volatile("{ mbarrier.arrive.expect_tx.shared::cta.b64 _, [%1], %0; }" :: "r"(num_bytes),
@@ -98,18 +70,6 @@ __device__ __forceinline__ void fence_barrier_init() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.aligned;");
     asm volatile("barrier.cluster.wait.aligned;");
-}
-
-// The shared::cluster address of this CTA's shared-memory `ptr` as seen in cluster CTA `cta_rank`.
-__device__ __forceinline__ uint32_t cluster_smem_addr(const void* ptr, uint32_t cta_rank) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(ptr)), "r"(cta_rank));
-    return remote;
-}
-
-// Store to another CTA's shared memory (distributed shared memory), address from `cluster_smem_addr`.
-__device__ __forceinline__ void st_shared_cluster(uint32_t addr, float value) {
-    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(addr), "f"(value) : "memory");
 }
 
 __device__ __forceinline__ uint32_t block_rank_in_cluster() {

@@ -6,8 +6,7 @@ namespace deep_gemm {
 
 // Persistent tile scheduler for one dense output [shape_m, SHAPE_N].
 //
-// Worker w of W takes tiles w, w + W, ... (a worker is a CTA, or a cluster of CTAs that split one tile's K range;
-// by default w = blockIdx.x and W = gridDim.x). Tiles are rasterised in groups of
+// CTA `blockIdx.x` takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... Tiles are rasterised in groups of
 // kGroupSize blocks along the "slow" dimension; inside a group the "fast" dimension varies fastest, so the
 // CTAs of one wave touch few distinct A and B blocks (L2 reuse).
 //
@@ -23,13 +22,11 @@ struct TileScheduler {
     uint32_t num_m_blocks;
     uint32_t num_tiles;
     uint32_t next_tile;
-    uint32_t num_workers;
 
-    __device__ __forceinline__ TileScheduler(const uint32_t shape_m, const uint32_t worker, const uint32_t workers) {
+    __device__ __forceinline__ explicit TileScheduler(const uint32_t shape_m) {
         num_m_blocks = ceil_div(shape_m, BLOCK_M);
         num_tiles = num_m_blocks * kNumNBlocks;
-        next_tile = worker;
-        num_workers = workers;
+        next_tile = blockIdx.x;
     }
 
     __device__ __forceinline__ void map_tile(const uint32_t tile, uint32_t& m_block, uint32_t& n_block) const {
@@ -51,7 +48,7 @@ struct TileScheduler {
         if (next_tile >= num_tiles)
             return false;
         map_tile(next_tile, m_block, n_block);
-        next_tile += num_workers;
+        next_tile += gridDim.x;
         return true;
     }
 };

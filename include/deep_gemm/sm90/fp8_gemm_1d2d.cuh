@@ -34,7 +34,7 @@ constexpr bool fp8_gemm_may_straddle() {
 
 // Shared-memory bytes of one instantiation; the host computes the same number (heuristics/sm90.py) and passes it
 // as kSmemSize, and the kernel static-asserts that the two agree.
-template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t kSplitK>
+template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
 constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 2, 1024);
@@ -43,9 +43,7 @@ constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t sb = align_up<uint32_t>(
         fp8_gemm_num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4,
         8);
-    // Split-K: the leader CTA's slots for the other CTAs' FP32 partial tiles, plus two barriers.
-    constexpr uint32_t reduction = kSplitK > 1 ? (kSplitK - 1) * BLOCK_M * BLOCK_N * 4 + 2 * 8 : 0;
-    return d + kNumStages * stage + sb + kNumStages * 2 * 8 + reduction;
+    return d + kNumStages * stage + sb + kNumStages * 2 * 8;
 }
 
 // Next pipeline slot: the phase bit flips each time the stage index wraps around.
@@ -56,7 +54,7 @@ __device__ __forceinline__ void advance_stage(uint32_t& stage, uint32_t& phase) 
 }
 
 template <uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
-          uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSplitK, uint32_t kSwizzleDBytes, uint32_t kSmemSize>
+          uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize>
 __global__ void __launch_bounds__(fp8_gemm_num_math_threads<BLOCK_M>() + kNumProducerThreads, 1)
 fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [m, k] e4m3, K-major
                    const __grid_constant__ TmaDescriptor tensor_map_b,   // B  [n, k] e4m3, K-major
@@ -89,17 +87,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(kNumSubTiles * kNumAccum <= 128, "final accumulators would not fit in the register budget");
     DG_STATIC_ASSERT(kNumStages >= 1, "at least one pipeline stage");
     DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2, "TMA multicast is over 1 or 2 CTAs");
-    // Split-K: a cluster of kSplitK CTAs computes one tile, each over its own slice of K; the others hand their
-    // FP32 partial tiles to the leader (rank 0) through distributed shared memory, which adds them in rank order
-    // (deterministic) and runs the epilogue. Only for one 64-row math warpgroup and without multicast.
-    constexpr uint32_t kKBlocksPerSplit = ceil_div(kNumKBlocks, kSplitK);
-    constexpr uint32_t kKBlocksLastSplit = kNumKBlocks - (kSplitK - 1) * kKBlocksPerSplit;
-    DG_STATIC_ASSERT(kSplitK >= 1 and kSplitK <= 8, "split-K clusters hold 1 to 8 CTAs");
-    DG_STATIC_ASSERT(kSplitK == 1 or (BLOCK_M == 64 and kNumMulticast == 1),
-                     "split-K needs BLOCK_M = 64 (one math warpgroup) and no multicast");
-    DG_STATIC_ASSERT(kSplitK == 1 or (kKBlocksLastSplit >= 1 and kKBlocksLastSplit <= kKBlocksPerSplit),
-                     "every split-K CTA needs at least one K block");
-    constexpr uint32_t kClusterSize = kNumMulticast > kSplitK ? kNumMulticast : kSplitK;
     DG_STATIC_ASSERT(SHAPE_N > 0 and SHAPE_K > 0, "empty problems are handled on the host");
 
     // ---- Shared memory ----
@@ -109,7 +96,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     constexpr uint32_t kSmemDBytes = align_up<uint32_t>(Epilogue::kSmemBytes, 1024);
     constexpr uint32_t kNumSBPerTile = kNumKBlocks * (kMayStraddle ? 2 : 1);
     constexpr uint32_t kStageTxBytes = kSmemABytes + kSmemBBytes + kSmemSABytes;
-    constexpr uint32_t kExpectedSmemSize = fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kSplitK>();
+    constexpr uint32_t kExpectedSmemSize = fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages>();
     DG_STATIC_ASSERT(kSmemSize == kExpectedSmemSize, "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kSmemSize <= kSmemBudget, "configuration exceeds the 232448-byte shared-memory budget");
     DG_STATIC_ASSERT(kSmemABytes % 1024 == 0 and kSmemBBytes % 1024 == 0,
@@ -124,11 +111,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     Barrier* full_barriers = reinterpret_cast<Barrier*>(  // [stages]
         reinterpret_cast<uint8_t*>(smem_sb) + align_up<uint32_t>(kNumMathWGs * 2 * kNumSBPerTile * 4, 8));
     Barrier* empty_barriers = full_barriers + kNumStages;  // [stages]
-    // Split-K only: partials_full (leader: every other CTA's partial has landed), partials_free (other CTAs: the
-    // leader has consumed my partial), then [kSplitK - 1][kNumAccum][128 threads] FP32 slots (used in the leader).
-    Barrier* partials_full = empty_barriers + kNumStages;
-    Barrier* partials_free = partials_full + 1;
-    float* partial_slots = reinterpret_cast<float*>(partials_free + 1);
 
     const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
     const uint32_t lane_idx = threadIdx.x % 32;
@@ -147,23 +129,13 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // writes the stage in both CTAs.
             empty_barriers[i].init(kNumMulticast * kNumMathThreads / 32);
         }
-        if constexpr (kSplitK > 1) {
-            partials_full->init((kSplitK - 1) * kNumMathThreads);
-            partials_free->init(kNumMathThreads);
-        }
         fence_proxy_async_shared();
         fence_barrier_init();
     }
-    if constexpr (kClusterSize > 1)
+    if constexpr (kNumMulticast > 1)
         cluster_sync();
     else
         __syncthreads();
-    // Split-K: which slice of K this CTA computes, and which tile worker (cluster) it belongs to.
-    const uint32_t split_rank = kSplitK > 1 ? block_rank_in_cluster() : 0;
-    const uint32_t k_begin = split_rank * kKBlocksPerSplit;
-    const uint32_t k_end = kSplitK > 1 and split_rank + 1 < kSplitK ? k_begin + kKBlocksPerSplit : kNumKBlocks;
-    const uint32_t worker = kSplitK > 1 ? blockIdx.x / kSplitK : blockIdx.x;
-    const uint32_t num_workers = kSplitK > 1 ? gridDim.x / kSplitK : gridDim.x;
 
     // NOTES: tiles t and t + 1 must share the multicast operand's block; see TileScheduler.
     using Scheduler = TileScheduler<BLOCK_M, BLOCK_N, SHAPE_N, not (kNumMulticast > 1 and not kMulticastOnA)>;
@@ -174,12 +146,12 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         if (is_tma_thread) {
             constexpr uint64_t kCacheHint = kTmaCacheHintEvictNormal;
             const bool is_leader = kNumMulticast == 1 or block_rank_in_cluster() == 0;
-            Scheduler scheduler(shape_m, worker, num_workers);
+            Scheduler scheduler(shape_m);
             uint32_t m_block, n_block, stage = 0, phase = 0;
             while (scheduler.next(m_block, n_block)) {
                 const auto m_idx = static_cast<int32_t>(m_block * BLOCK_M);
                 const auto n_idx = static_cast<int32_t>(n_block * BLOCK_N);
-                for (uint32_t k_block = k_begin; k_block < k_end; ++k_block) {
+                for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                     empty_barriers[stage].wait(phase ^ 1);
                     const Barrier* bar = &full_barriers[stage];
                     full_barriers[stage].arrive_and_expect_tx(kStageTxBytes);
@@ -306,8 +278,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             }
         };
 
-        Scheduler scheduler(shape_m, worker, num_workers);
-        uint32_t m_block, n_block, stage = 0, phase = 0, sb_buf = 0, partials_phase = 0;
+        Scheduler scheduler(shape_m);
+        uint32_t m_block, n_block, stage = 0, phase = 0, sb_buf = 0;
         bool has_tile = scheduler.next(m_block, n_block);
         if (has_tile) {
             float regs[kSBPerThread];
@@ -332,9 +304,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     final_accum[s][i] = 0;
 
-            // K blocks [k_first, k_first + num_k_blocks) of the tile.
-            auto k_loop = [&](auto straddle, auto num_k_blocks, uint32_t k_first) {
-                constexpr uint32_t kLoopKBlocks = decltype(num_k_blocks)::value;
+            auto k_loop = [&](auto straddle) {
                 if constexpr (kOverlapPromotion) {
                     Scales scales[2];
                     uint32_t cur_stage = 0;
@@ -377,15 +347,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     };
                     constexpr uint32_t kOverlapChunk = 8;
                     #pragma unroll 1
-                    for (uint32_t k0 = 0; k0 + kOverlapChunk <= kLoopKBlocks; k0 += kOverlapChunk)
-                        run_chunk(Int<kOverlapChunk>{}, k_first + k0);
-                    if constexpr (kLoopKBlocks % kOverlapChunk != 0)
-                        run_chunk(Int<kLoopKBlocks % kOverlapChunk>{},
-                                  k_first + kLoopKBlocks / kOverlapChunk * kOverlapChunk);
+                    for (uint32_t k0 = 0; k0 + kOverlapChunk <= kNumKBlocks; k0 += kOverlapChunk)
+                        run_chunk(Int<kOverlapChunk>{}, k0);
+                    if constexpr (kNumKBlocks % kOverlapChunk != 0)
+                        run_chunk(Int<kNumKBlocks % kOverlapChunk>{},
+                                  kNumKBlocks / kOverlapChunk * kOverlapChunk);
                 } else {
                     // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
                     #pragma unroll 4
-                    for (uint32_t k_block = k_first; k_block < k_first + kLoopKBlocks; ++k_block) {
+                    for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                         wait_full(stage, phase);
                         #pragma unroll
                         for (uint32_t s = 0; s < kNumSubTiles; ++s) {
@@ -404,63 +374,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // (measured on the H200); with few straddle cases the whole K loop is instantiated once per case
             // and picked per tile, with many it stays a run-time choice (the heuristic avoids those widths
             // where the GEMM is compute-bound).
-            // This CTA's K blocks: all of them, or its split-K slice (the last slice may be shorter).
-            auto k_slice = [&](auto straddle) {
-                if constexpr (kSplitK == 1) {
-                    k_loop(straddle, Int<kNumKBlocks>{}, 0);
-                } else if constexpr (kKBlocksLastSplit == kKBlocksPerSplit) {
-                    k_loop(straddle, Int<kKBlocksPerSplit>{}, k_begin);
-                } else {
-                    if (split_rank + 1 < kSplitK)
-                        k_loop(straddle, Int<kKBlocksPerSplit>{}, k_begin);
-                    else
-                        k_loop(straddle, Int<kKBlocksLastSplit>{}, k_begin);
-                }
-            };
             if constexpr (kNumStraddleCases == 1) {
-                k_slice(Int<0>{});
+                k_loop(Int<0>{});
             } else if constexpr (kNumStraddleCases <= kMaxStaticStraddleCases) {
                 static_for<kNumStraddleCases>([&](auto c) {
                     if (straddle_case == decltype(c)::value)
-                        k_slice(c);
+                        k_loop(c);
                 });
             } else {
-                k_slice(straddle_case);
-            }
-
-            // ---- Split-K reduction (one math warpgroup, one sub-tile) ----
-            if constexpr (kSplitK > 1) {
-                // Slot layout [rank - 1][accumulator][thread]: consecutive threads, consecutive words.
-                if (split_rank != 0) {
-                    partials_free->wait(partials_phase ^ 1);  // the leader has read my previous partial
-                    const uint32_t slot = cluster_smem_addr(partial_slots, 0) +
-                                          ((split_rank - 1) * kNumAccum * 128 + wg_thread) * 4;
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        st_shared_cluster(slot + i * 128 * 4, final_accum[0][i]);
-                    partials_full->arrive_release_cluster(0);
-                } else {
-                    partials_full->wait_acquire_cluster(partials_phase);
-                    #pragma unroll 1
-                    for (uint32_t r = 1; r < kSplitK; ++r) {
-                        const float* slot = partial_slots + (r - 1) * kNumAccum * 128 + wg_thread;
-                        #pragma unroll
-                        for (uint32_t i = 0; i < kNumAccum; ++i)
-                            final_accum[0][i] += slot[i * 128];
-                    }
-                    #pragma unroll 1
-                    for (uint32_t r = 1; r < kSplitK; ++r)
-                        partials_free->arrive_release_cluster(r);
-                }
-                partials_phase ^= 1;
-                if (split_rank != 0) {
-                    // No epilogue here; still publish the next tile's RHS scales to the warpgroup.
-                    if (has_next)
-                        store_sb(sb_buf ^ 1, next_sb);
-                    named_barrier_sync<128>(2 + math_wg);
-                    m_block = next_m_block, n_block = next_n_block, has_tile = has_next, sb_buf ^= 1;
-                    continue;
-                }
+                k_loop(straddle_case);
             }
 
             // ---- Epilogue (per warpgroup) ----
@@ -490,9 +412,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             tma_store_wait<0>();
     }
 
-    // NOTES: a CTA must outlive every remote barrier arrival and multicast or DSMEM write its cluster peers still
-    // send.
-    if constexpr (kClusterSize > 1)
+    // NOTES: a CTA must outlive every remote barrier arrival and multicast write its cluster peer still sends.
+    if constexpr (kNumMulticast > 1)
         cluster_sync();
 #endif
 }
