@@ -3,8 +3,8 @@ import os
 from dataclasses import dataclass
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() not in ("", "0", "false", "no", "off")
+def _flag(name: str, default: str = "0") -> bool:
+    return os.environ.get(name, default).strip().lower() not in ("", "0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def read_env() -> Env:
         jit_debug=_flag("DG_JIT_DEBUG"),
         print_configs=_flag("DG_PRINT_CONFIGS"),
         ptxas_verbose=_flag("DG_JIT_PTXAS_VERBOSE"),
-        cpp_launch=os.environ.get("DG_CPP_LAUNCH", "1").strip().lower() not in ("0", "false", "no", "off"),
+        cpp_launch=_flag("DG_CPP_LAUNCH", "1"),
         jit_cxx=os.environ.get("DG_JIT_CXX", ""),
-        jit_precompile=os.environ.get("DG_JIT_PRECOMPILE", "1").strip().lower() not in ("0", "false", "no", "off"),
+        jit_precompile=_flag("DG_JIT_PRECOMPILE", "1"),
     )

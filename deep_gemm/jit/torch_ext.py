@@ -41,17 +41,21 @@ def compiler() -> str:
     return env.jit_cxx or os.environ.get("CXX", "") or "c++"
 
 
-def _flags() -> List[str]:
+def _code_flags() -> List[str]:
+    """The flags that shape the binary (part of the cache key); no paths."""
     import torch
-    from torch.utils.cpp_extension import include_paths, library_paths
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    flags = ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-DDG_WITH_TORCH", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-             "-w", f"-I{sysconfig.get_paths()['include']}"]
-    flags += [f"-I{p}" for p in include_paths()]
+    return ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-DDG_WITH_TORCH", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            "-w", "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10", "-ldl"]
+
+
+def _path_flags() -> List[str]:
+    # NOTES: only a build needs these; torch.utils.cpp_extension costs ~60 ms to import, which a cache lookup at
+    # `import deep_gemm` should not pay.
+    from torch.utils.cpp_extension import include_paths, library_paths
     libs = library_paths()
-    flags += [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs]
-    flags += ["-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10", "-ldl"]
-    return flags
+    return ([f"-I{sysconfig.get_paths()['include']}"] + [f"-I{p}" for p in include_paths()]
+            + [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs])
 
 
 def _key(cxx: str) -> str:
@@ -62,7 +66,7 @@ def _key(cxx: str) -> str:
         with open(os.path.join(src, name), "rb") as f:
             h.update(name.encode() + b"\0" + f.read())
     for part in (torch.__version__, sys.version, sysconfig.get_config_var("EXT_SUFFIX") or "", cxx,
-                 " ".join(f for f in _flags() if not f.startswith(("-I", "-L", "-Wl,-rpath")))):
+                 " ".join(_code_flags())):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:24]
 
@@ -106,7 +110,7 @@ def _compile(cxx: str, path: str) -> None:
         last: Optional[str] = None
         # NOTES: recent torch headers need C++20; older compilers only know C++17 (enough for older torch).
         for std in ("-std=c++20", "-std=c++17"):
-            args = [cxx, std, os.path.join(source_dir(), _SOURCES[0]), "-o", out, *_flags()]
+            args = [cxx, std, os.path.join(source_dir(), _SOURCES[0]), "-o", out, *_path_flags(), *_code_flags()]
             proc = subprocess.run(args, capture_output=True, text=True)
             if proc.returncode == 0:
                 break

@@ -75,15 +75,19 @@ def test_errors_come_through_the_fast_module():
     assert stats["slow"] >= 2 and stats["fast"] == 0
 
 
-def test_plan_tuples_are_checked():
-    """A malformed plan from Python is an error, not a crash."""
+def test_calls_off_the_fast_path_never_register_a_plan():
+    """For a call the C++ side cannot launch itself (CPU tensors here) whatever the Python path returns is ignored:
+    no plan is parsed or registered."""
     from deep_gemm import _C
     lhs, rhs, out = _inputs()
+    before = _C.stats()
     try:
         _C.init(lambda *args: (1, 2, 3), None, RuntimeError, torch.Tensor, torch.nn.Parameter,
                 torch.float8_e4m3fn, torch.float32, torch.bfloat16)
-        # CPU tensors never reach the plan table; the slow path's return value is ignored for them.
         assert _C.gemm(lhs, rhs, out) is None
+        after = _C.stats()
+        assert after["slow"] == before["slow"] + 1
+        assert after["registered"] == before["registered"] and after["plans"] == 0
     finally:
         gemm_mod._init_fast_module(_C)
 
