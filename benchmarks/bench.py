@@ -1,13 +1,20 @@
-"""Benchmark gemm_fp8_fp8_bf16_nt against cuBLAS blockwise (torch._scaled_mm) on the same inputs.
+"""Benchmark the GEMMs against cuBLAS blockwise (torch._scaled_mm) on the same inputs, in the same run.
 
+Suites (--suite, default all): dense (gemm_fp8_fp8_bf16_nt, plus host overhead and compile time), contiguous and
+masked (the MoE grouped GEMMs).
 Method (../shared/ANCHORS.md): randn inputs quantised 1x128 (LHS) / 128x128 (RHS); kernel time from the torch
 profiler, every call preceded by an 8 GB memset (L2 flush + cool-down); mean of --num-tests calls.
 TFLOPS = 2mnk / t; GB/s = (mk + nk + 2mn) / t. cuBLAS blockwise is skipped (n/a) when k % 128 != 0, where it
 returns wrong results on the test stack.
+Grouped: TFLOPS count valid rows only (m = rows of all experts without padding / the sum of masked_m); GB/s count
+every expert's weights once (G·n·k) plus valid rows of A and out. There is no grouped cuBLAS: the cuBLAS column is
+a dense _scaled_mm with the same m (valid rows), n and k, run on the same GPU in the same run, as a drift anchor;
+the DG column is DeepGEMM's best figure from ANCHORS.md (not measured here).
 """
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -69,6 +76,117 @@ def bench_shape(m, n, k, num_tests):
         row["cublas_tflops"] = 2 * m * n * k / tc / 1e12
         row["ratio"] = tc / t
     return row
+
+
+# DeepGEMM's best TFLOPS in ANCHORS.md (DG-May or DG-v2), keyed by (groups, m per group, n, k).
+DG_CONTIGUOUS = {(4, 8192, 4096, 7168): 1397, (4, 8192, 7168, 2048): 1277, (8, 4096, 4096, 7168): 1351,
+                 (8, 4096, 7168, 2048): 1331, (32, 256, 4096, 7168): 991, (32, 256, 7168, 2048): 921}
+# DeepGEMM v2.6.1 (the issue's reference for masked).
+DG_MASKED = {(1, 1024, 4096, 7168): 1156, (2, 512, 4096, 7168): 1142, (4, 256, 4096, 7168): 963,
+             (1, 1024, 7168, 2048): 986, (2, 512, 7168, 2048): 942, (4, 256, 7168, 2048): 844}
+MASKED_SIZES = [(1, 1024), (2, 512), (4, 256)]
+DECODE_SIZES = [(32, 32), (32, 64), (8, 128), (256, 8)]
+GROUPED_NK = [(4096, 7168), (7168, 2048)]
+
+
+def _grouped_weights(num_groups, n, k):
+    b = torch.randn((num_groups, n, k), device="cuda", dtype=torch.bfloat16)
+    b8 = torch.empty((num_groups, n, k), device="cuda", dtype=torch.float8_e4m3fn)
+    sb = torch.empty((num_groups, (n + 127) // 128, (k + 127) // 128), device="cuda")
+    for g in range(num_groups):
+        b8[g], sb[g] = deep_gemm.per_block_cast_to_fp8(b[g])
+    return b8, sb
+
+
+def _dense_anchor(m, n, k, num_tests):
+    """cuBLAS blockwise TFLOPS of a dense m x n x k GEMM (same run): the drift anchor of the grouped rows.
+    NOTES: cuBLAS blockwise refuses m that is not a multiple of 128 here; m is rounded up (TFLOPS use it)."""
+    m = (m + 127) // 128 * 128
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda", dtype=torch.bfloat16))
+    b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((n, k), device="cuda", dtype=torch.bfloat16))
+    fn = cublas_fn(a8, sa, b8, sb, k)
+    return None if fn is None else 2 * m * n * k / bench_kineto(fn, None, num_tests=num_tests) / 1e12
+
+
+def bench_contiguous(num_groups, m, n, k, num_tests, seed=0):
+    rng = random.Random(seed + num_groups * m + n + k)
+    sizes = [int(m * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
+    align = deep_gemm.get_m_alignment_for_contiguous_layout()
+    padded = [(s + align - 1) // align * align for s in sizes]
+    m_sum, valid = sum(padded), sum(sizes)
+    idx = torch.full((m_sum,), -1, dtype=torch.int32)
+    start = 0
+    for g, (s, p) in enumerate(zip(sizes, padded)):
+        idx[start:start + s] = g
+        start += p
+    m_indices = idx.cuda()
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m_sum, k), device="cuda", dtype=torch.bfloat16))
+    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+    b8, sb = _grouped_weights(num_groups, n, k)
+    out = torch.empty((m_sum, n), device="cuda", dtype=torch.bfloat16)
+
+    def ours():
+        deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a8, sa), (b8, sb), out, m_indices)
+    ours()
+    # Spot check against the dequantised reference on the first expert's rows.
+    rows = slice(0, sizes[0])
+    ref = dequant_per_token(a8[rows], sa[rows]) @ dequant_per_block(b8[0], sb[0]).t()
+    diff = calc_diff(out[rows], ref)
+    t = bench_kineto(ours, "fp8_gemm_1d2d", num_tests=num_tests)
+    tflops = 2 * valid * n * k / t / 1e12
+    gbps = (valid * k + num_groups * n * k + 2 * valid * n) / t / 1e9
+    return dict(kind="contiguous", groups=num_groups, m=m, n=n, k=k, rows=valid, padded_rows=m_sum, us=t * 1e6,
+                tflops=tflops, gbps=gbps, diff=diff, cublas_tflops=_dense_anchor(valid, n, k, num_tests),
+                dg_tflops=DG_CONTIGUOUS.get((num_groups, m, n, k)))
+
+
+def bench_masked(num_groups, m, n, k, num_tests, m_max, seed=0):
+    rng = random.Random(seed + num_groups * m + n + k)
+    counts = [min(m_max, int(m * rng.uniform(0.7, 1.3))) for _ in range(num_groups)]
+    valid = sum(counts)
+    masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    a8, sa = deep_gemm.per_token_cast_to_fp8(
+        torch.randn((num_groups * m_max, k), device="cuda", dtype=torch.bfloat16))
+    a8 = a8.view(num_groups, m_max, k)
+    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa.view(num_groups, m_max, -1))
+    b8, sb = _grouped_weights(num_groups, n, k)
+    out = torch.empty((num_groups, m_max, n), device="cuda", dtype=torch.bfloat16)
+
+    def ours():
+        deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a8, sa), (b8, sb), out, masked_m, m)
+    ours()
+    rows = slice(0, counts[0])
+    ref = dequant_per_token(a8[0, rows], sa[0, rows]) @ dequant_per_block(b8[0], sb[0]).t()
+    diff = calc_diff(out[0, rows], ref)
+    t = bench_kineto(ours, "fp8_gemm_1d2d", num_tests=num_tests)
+    tflops = 2 * valid * n * k / t / 1e12
+    gbps = (valid * k + num_groups * n * k + 2 * valid * n) / t / 1e9
+    return dict(kind="masked", groups=num_groups, m=m, n=n, k=k, rows=valid, m_max=m_max, us=t * 1e6,
+                tflops=tflops, gbps=gbps, diff=diff, cublas_tflops=_dense_anchor(valid, n, k, num_tests),
+                dg_tflops=DG_MASKED.get((num_groups, m, n, k)))
+
+
+def run_grouped_suites(suites, num_tests):
+    rows = []
+    print(f"{'kind':>10} {'G x m':>9} {'n':>5} {'k':>5} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | {'cuBLAS':>7} "
+          f"{'ratio':>6} | {'DG':>5} {'xDG':>5} | diff")
+    cases = []
+    if "contiguous" in suites:
+        cases += [("contiguous", g, m, n, k) for g, m in [(4, 8192), (8, 4096), (32, 256)] for n, k in GROUPED_NK]
+    if "masked" in suites:
+        cases += [("masked", g, m, n, k) for g, m in MASKED_SIZES + DECODE_SIZES for n, k in GROUPED_NK]
+    for kind, g, m, n, k in cases:
+        if kind == "contiguous":
+            r = bench_contiguous(g, m, n, k, num_tests)
+        else:
+            r = bench_masked(g, m, n, k, num_tests, m_max=4096 if g <= 32 else 1024)
+        rows.append(r)
+        cb = f"{r['cublas_tflops']:7.0f} {r['tflops'] / r['cublas_tflops']:5.2f}x" if r["cublas_tflops"] else \
+            f"{'n/a':>7} {'n/a':>6}"
+        dg = f"{r['dg_tflops']:5.0f} {r['tflops'] / r['dg_tflops']:4.2f}x" if r["dg_tflops"] else f"{'-':>5} {'-':>5}"
+        print(f"{kind:>10} {f'{g}x{m}':>9} {n:>5} {k:>5} | {r['us']:8.1f} {r['tflops']:7.0f} {r['gbps']:6.0f} | "
+              f"{cb} | {dg} | {r['diff']:.1e}", flush=True)
+    return rows
 
 
 def select_path(name: str) -> bool:
@@ -157,25 +275,29 @@ def main():
     parser.add_argument("--num-tests", type=int, default=30)
     parser.add_argument("--shapes", nargs="*", help="MxNxK shapes instead of the default dense suite")
     parser.add_argument("--skip-host", action="store_true", help="skip host-overhead and compile-time rows")
+    parser.add_argument("--suite", nargs="*", default=["dense", "contiguous", "masked"],
+                        choices=["dense", "contiguous", "masked"], help="which suites to run (default: all)")
     args = parser.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else dense_shapes()
     print(f"deep_gemm {deep_gemm.__version__} | torch {torch.__version__} | {torch.cuda.get_device_name()} | "
           f"kineto, 8 GB flush, mean of {args.num_tests}")
-    print(f"{'m':>6} {'n':>6} {'k':>6} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | {'cuBLAS':>7} {'ratio':>6} | diff")
-    rows = []
-    for m, n, k in shapes:
-        r = bench_shape(m, n, k, args.num_tests)
-        rows.append(r)
-        cb = f"{r['cublas_tflops']:7.0f} {r['ratio']:5.2f}x" if r["ratio"] else f"{'n/a':>7} {'n/a':>6}"
-        print(f"{m:>6} {n:>6} {k:>6} | {r['us']:8.1f} {r['tflops']:7.0f} {r['gbps']:6.0f} | {cb} | {r['diff']:.1e}",
-              flush=True)
-    ratios = [r["ratio"] for r in rows if r["ratio"]]
-    summary = {}
-    if ratios:
-        geo = float(torch.tensor(ratios).log().mean().exp())
-        summary["geomean_ratio_vs_cublas"] = geo
-        print(f"geomean speedup over cuBLAS blockwise ({len(ratios)} shapes with k % 128 == 0): {geo:.3f}x")
-    if not args.skip_host:
+    rows, summary, grouped = [], {}, []
+    if "dense" in args.suite:
+        print(f"{'m':>6} {'n':>6} {'k':>6} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | {'cuBLAS':>7} {'ratio':>6} | diff")
+        for m, n, k in shapes:
+            r = bench_shape(m, n, k, args.num_tests)
+            rows.append(r)
+            cb = f"{r['cublas_tflops']:7.0f} {r['ratio']:5.2f}x" if r["ratio"] else f"{'n/a':>7} {'n/a':>6}"
+            print(f"{m:>6} {n:>6} {k:>6} | {r['us']:8.1f} {r['tflops']:7.0f} {r['gbps']:6.0f} | {cb} | "
+                  f"{r['diff']:.1e}", flush=True)
+        ratios = [r["ratio"] for r in rows if r["ratio"]]
+        if ratios:
+            geo = float(torch.tensor(ratios).log().mean().exp())
+            summary["geomean_ratio_vs_cublas"] = geo
+            print(f"geomean speedup over cuBLAS blockwise ({len(ratios)} shapes with k % 128 == 0): {geo:.3f}x")
+    if "contiguous" in args.suite or "masked" in args.suite:
+        grouped = run_grouped_suites(args.suite, args.num_tests)
+    if "dense" in args.suite and not args.skip_host:
         start = time.perf_counter()
         select_path("torch_ext")
         print(f"torch launch extension ready in {time.perf_counter() - start:.1f} s (a build when not cached)")
@@ -188,7 +310,7 @@ def main():
         print(f"NVRTC cold compile of one kernel: {cold:.2f} s; disk-cache hit in a fresh process: {hit * 1e3:.1f} ms")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, summary=summary, device=torch.cuda.get_device_name(),
+            json.dump(dict(rows=rows, grouped=grouped, summary=summary, device=torch.cuda.get_device_name(),
                            torch=torch.__version__), f, indent=1)
 
 

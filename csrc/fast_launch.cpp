@@ -400,7 +400,12 @@ PyObject* gemm(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
     void* sb_ptr = reinterpret_cast<void*>(t[3].ptr);
     uint32_t m = plan.m;
-    void* params[] = {&plan.maps[0], &plan.maps[1], &plan.maps[2], &plan.maps[3], &sb_ptr, &m};
+    // The kernel's grouped-GEMM arguments (grouped_layout, num_groups, d, d_row_stride) are unused by the dense
+    // GEMM, the only one this path launches.
+    void* no_ptr = nullptr;
+    uint32_t no_u32 = 0;
+    void* params[] = {&plan.maps[0], &plan.maps[1], &plan.maps[2], &plan.maps[3], &sb_ptr, &m,
+                      &no_ptr, &no_u32, &no_ptr, &no_u32};
     plan.config.stream = stream;
     const cu::Result r = g.launch(&plan.config, plan.function, params, nullptr);
     if (r != 0)

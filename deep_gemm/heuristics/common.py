@@ -12,18 +12,29 @@ def align(a: int, b: int) -> int:
 
 
 class KernelType(enum.Enum):
-    NORMAL = "normal"  # dense D = A B^T
+    NORMAL = "normal"                              # dense D = A B^T
+    M_GROUPED_CONTIGUOUS = "m_grouped_contiguous"  # MoE: experts' rows stacked along M, 128-row aligned
+    M_GROUPED_MASKED = "m_grouped_masked"          # MoE: [G, m_max] rows, the first masked_m[g] computed
+
+
+# Rows of one expert's segment in the contiguous layout: every BLOCK_M-row tile lies inside one segment.
+M_ALIGNMENT_CONTIGUOUS = 128
 
 
 @dataclass(frozen=True)
 class GemmProblem:
-    """What the heuristics see: the shape, the SM budget and the target."""
+    """What the heuristics see: the shape, the SM budget and the target.
+
+    Grouped problems: m is the total row count (contiguous: rows of all experts incl. padding) or the expected
+    rows per group (masked); num_groups is the number of experts.
+    """
     m: int
     n: int
     k: int
     num_sms: int
     arch: str = "sm_90a"
     kernel_type: KernelType = KernelType.NORMAL
+    num_groups: int = 1
 
     def __post_init__(self):
         for name in ("m", "n", "k"):
@@ -31,6 +42,8 @@ class GemmProblem:
                 raise ValueError(f"GemmProblem.{name} must be positive, got {getattr(self, name)}")
         if self.num_sms <= 0:
             raise ValueError(f"GemmProblem.num_sms must be positive, got {self.num_sms}")
+        if self.num_groups <= 0 or (self.kernel_type == KernelType.NORMAL and self.num_groups != 1):
+            raise ValueError(f"GemmProblem.num_groups must be positive (1 for a dense GEMM), got {self.num_groups}")
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@ import functools
 import math
 from typing import Optional, Tuple
 
-from .common import (GemmConfig, GemmProblem, align, ceil_div, last_wave_util, min_sms_for_waves,
-                     num_waves)
+from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, align, ceil_div,
+                     last_wave_util, min_sms_for_waves, num_waves)
 
 SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
 BLOCK_K = 128               # = the scale granularity along K
@@ -93,10 +93,13 @@ def _better(cand: Tuple[int, int, int, int], best: Optional[Tuple[int, int, int,
 def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -> Tuple[int, bool]:
     # NOTES: on the H200 multicast only paid off on large problems (+1-3% at 4096x7168x16384 and 8192^3; -1 to
     # -3% at 4096x2112x7168 and 4096x7168x2048): it cuts L2 traffic, which is not the limit for smaller ones.
-    if problem.m < MULTICAST_MIN_M or num_sms % 2 != 0 or min(problem.m, problem.n, problem.k) < 4096:
+    # Grouped problems are judged by their total rows.
+    total_m = problem.m * (problem.num_groups if problem.kernel_type == KernelType.M_GROUPED_MASKED else 1)
+    if total_m < MULTICAST_MIN_M or num_sms % 2 != 0 or min(total_m, problem.n, problem.k) < 4096:
         return 1, True
     legal_a = ceil_div(problem.n, block_n) % 2 == 0   # pairs share an M block: N blocks come in pairs
-    legal_b = ceil_div(problem.m, block_m) % 2 == 0   # pairs share an N block: M blocks come in pairs
+    # Pairs that share an N block (multicast of B) may belong to two experts in a grouped GEMM.
+    legal_b = problem.kernel_type == KernelType.NORMAL and ceil_div(problem.m, block_m) % 2 == 0
     order = ((True, legal_a), (False, legal_b)) if block_m >= block_n else ((False, legal_b), (True, legal_a))
     for on_a, legal in order:
         if legal:
@@ -104,15 +107,23 @@ def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -
     return 1, True
 
 
-def _pick_blocks(m: int, n: int, k: int, sms: int) -> Tuple[int, int, int]:
-    """(block_m, block_n, waves)."""
-    block_ms = (64,) if m <= 64 else (64, 128, 256)
-    candidates = [(bm, bn) for bm in block_ms for bn in BLOCK_NS if _legal_block(bm, bn)]
+def _block_ms(m: int, kind: KernelType) -> Tuple[int, ...]:
+    if m <= 64:
+        return (64,)
+    if kind == KernelType.M_GROUPED_CONTIGUOUS:  # a tile must stay inside one expert's 128-row segment
+        return tuple(bm for bm in (64, 128) if M_ALIGNMENT_CONTIGUOUS % bm == 0)
+    return (64, 128, 256)
+
+
+def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
+                 groups: int = 1) -> Tuple[int, int, int]:
+    """(block_m, block_n, waves). Masked problems: m rows in each of `groups` groups."""
+    candidates = [(bm, bn) for bm in _block_ms(m, kind) for bn in BLOCK_NS if _legal_block(bm, bn)]
     if m <= 128:
         # Memory-bound regime: spread the weights over as many SMs as possible (fewest waves, fullest last wave).
         best = None
         for bm, bn in candidates:
-            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            tiles = groups * ceil_div(m, bm) * ceil_div(n, bn)
             cand = (num_waves(tiles, sms), last_wave_util(tiles, sms), bm, bn)
             if _better(cand, best):
                 best = cand
@@ -123,7 +134,7 @@ def _pick_blocks(m: int, n: int, k: int, sms: int) -> Tuple[int, int, int]:
     for bm, bn in candidates:
         if straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
             continue
-        tiles = ceil_div(m, bm) * ceil_div(n, bn)
+        tiles = groups * ceil_div(m, bm) * ceil_div(n, bn)
         waves = num_waves(tiles, sms)
         key = (waves * kblock_cycles(bm, bn), tiles)
         if best_key is None or key < best_key:
@@ -132,15 +143,18 @@ def _pick_blocks(m: int, n: int, k: int, sms: int) -> Tuple[int, int, int]:
 
 
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
-                      multicast_on_a: bool = True, max_stages: int = MAX_STAGES) -> GemmConfig:
+                      multicast_on_a: bool = True, max_stages: int = MAX_STAGES,
+                      full_grid: bool = False) -> GemmConfig:
     """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
-    the number of waves. Also used by tools/ to time configurations the heuristic did not pick."""
+    the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the device
+    knows). Also used by tools/ to time configurations the heuristic did not pick."""
     stages = next((s for s in range(max_stages, 0, -1) if sm90_smem_size(k, block_m, block_n, s) <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
     tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
     waves = num_waves(tiles, num_sms)
-    grid = min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
+    grid = num_sms // num_multicast * num_multicast if full_grid else \
+        min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
     if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
         num_multicast, multicast_on_a, grid = 1, True, min(num_sms, min_sms_for_waves(tiles, waves, 1))
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
@@ -150,10 +164,12 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
                       num_threads=num_math_threads(block_m) + 128)
 
 
-def _heuristic(m: int, n: int, k: int, sms: int) -> GemmConfig:
-    bm, bn, _ = _pick_blocks(m, n, k, sms)
-    num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms), bm, bn, sms)
-    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a)
+def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
+               groups: int = 1) -> GemmConfig:
+    masked = kind == KernelType.M_GROUPED_MASKED
+    bm, bn, _ = _pick_blocks(m, n, k, sms, kind, groups if masked else 1)
+    num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)
+    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
 
 
 # Kernels are compiled per (n, k, template arguments); m and the grid size are run-time values. The variants of
@@ -169,8 +185,10 @@ def kernel_key(config: GemmConfig) -> Tuple:
 
 
 @functools.lru_cache(maxsize=1024)
-def sm90_kernel_variants(n: int, k: int, num_sms: int) -> Tuple[GemmConfig, ...]:
-    """One config per distinct kernel the heuristic picks for (n, k) at any m, in order of first use.
+def sm90_kernel_variants(n: int, k: int, num_sms: int,
+                         kind: KernelType = KernelType.NORMAL) -> Tuple[GemmConfig, ...]:
+    """One config per distinct kernel the heuristic picks for (n, k) at any m, in order of first use (dense and
+    contiguous grouped GEMMs; a masked GEMM's kernel depends on expected_m and the group count instead).
 
     NOTES: the choice depends on m only through ceil(m / 64) (every BLOCK_M is a multiple of 64) and the two
     multicast thresholds (m >= 512 and m >= 4096, multiples of 64), so m = 64q for every q, plus the first m of
@@ -179,18 +197,18 @@ def sm90_kernel_variants(n: int, k: int, num_sms: int) -> Tuple[GemmConfig, ...]
     seen = {}
     for q in range(1, VARIANT_M_CAP // 64 + 1):
         for m in ((64 * q - 63, 64 * q) if 64 * q in (MULTICAST_MIN_M, 4096) else (64 * q,)):
-            config = _heuristic(m, n, k, num_sms)
+            config = _heuristic(m, n, k, num_sms, kind)
             seen.setdefault(kernel_key(config), config)
     return tuple(seen.values())
 
 
 @functools.lru_cache(maxsize=4096)
 def get_sm90_config(problem: GemmProblem) -> GemmConfig:
-    m, n, k, sms = problem.m, problem.n, problem.k, problem.num_sms
-    config = _heuristic(m, n, k, sms)
-    if m <= VARIANT_M_CAP:
+    m, n, k, sms, kind = problem.m, problem.n, problem.k, problem.num_sms, problem.kernel_type
+    config = _heuristic(m, n, k, sms, kind, problem.num_groups)
+    if m <= VARIANT_M_CAP or kind == KernelType.M_GROUPED_MASKED:
         return config
-    variants = sm90_kernel_variants(n, k, sms)
+    variants = sm90_kernel_variants(n, k, sms, kind)
     if kernel_key(config) in {kernel_key(v) for v in variants}:
         return config
     # Beyond the enumerated range: the variant with the least modelled time at this m (legal multicast only).

@@ -5,13 +5,13 @@ from typing import Dict, Tuple
 
 from ..envs import read_env
 from .cache import CacheError, KernelCache, cache_key, get_or_build
-from .codegen import KernelSource
+from .codegen import CppName, KernelSource
 from .compiler import CompileError, get_compiler
 from .parallel import build_many
 from .paths import ToolchainError, include_dirs, project_include_dir
 from .runtime import CUDADriverError, LoadedKernel
 
-__all__ = ["KernelSource", "build", "build_many", "load", "CompileError", "CacheError", "ToolchainError",
+__all__ = ["CppName", "KernelSource", "build", "build_many", "load", "CompileError", "CacheError", "ToolchainError",
            "CUDADriverError", "include_dirs", "project_include_dir"]
 
 _loaded: Dict[Tuple[str, str], LoadedKernel] = {}

@@ -4,11 +4,21 @@ from typing import Tuple
 
 
 @dataclass(frozen=True)
+class CppName:
+    """A template argument given by its C++ name, e.g. an enumerator (`deep_gemm::GemmType::Normal`)."""
+    name: str
+
+    def __post_init__(self):
+        if not self.name.replace("::", "").replace("_", "").isalnum():
+            raise ValueError(f"not a C++ qualified name: {self.name!r}")
+
+
+@dataclass(frozen=True)
 class KernelSource:
     name: str          # short human-readable name, used in cache directory names and logs
     header: str        # project header that defines the kernel
     function: str      # fully qualified template name
-    template_args: Tuple  # ints / bools, in template order
+    template_args: Tuple  # ints / bools / CppName, in template order
 
     def instantiation(self) -> str:
         args = ", ".join(_render(a) for a in self.template_args)
@@ -25,6 +35,8 @@ class KernelSource:
 
 
 def _render(a) -> str:
+    if isinstance(a, CppName):
+        return a.name
     if isinstance(a, bool):
         return "true" if a else "false"
     if isinstance(a, int):

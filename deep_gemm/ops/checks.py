@@ -73,3 +73,27 @@ def check_no_overlap_ptrs(out_name: str, out_ptr: int, out_extent: int,
 def check_no_overlap(out: torch.Tensor, out_name: str, inputs: Sequence[Tuple[str, torch.Tensor]]) -> None:
     check_no_overlap_ptrs(out_name, out.data_ptr(), extent_bytes(out),
                           [(name, t.data_ptr(), extent_bytes(t)) for name, t in inputs])
+
+
+def check_index_tensor(t, name: str, shape: Sequence[int], what: str) -> torch.Tensor:
+    """A device int32 index/count tensor of the given shape (its device is checked with the others)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of int32, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype torch.int32, got {t.dtype}")
+    check_shape(t, name, shape, what)
+    if t.numel() > 1 and t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous, got stride {t.stride()}")
+    return t
+
+
+def rows_view(t: torch.Tensor, name: str) -> torch.Tensor:
+    """`t` as 2-D rows: itself when 2-D; a [G, R, C] tensor as [G * R, C], which needs its groups stacked
+    uniformly (stride(0) == R * stride(1), as in a contiguous tensor or a slice along its last dimension)."""
+    if t.dim() == 2:
+        return t
+    g, r, c = t.shape
+    if g > 1 and r > 0 and t.stride(0) != r * t.stride(1):
+        raise ValueError(f"{name} must stack its {g} groups uniformly (stride(0) == size(1) * stride(1)), got "
+                         f"shape {tuple(t.shape)} and strides {t.stride()}")
+    return t.view(g * r, c)

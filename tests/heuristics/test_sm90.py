@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from deep_gemm.heuristics import GemmConfig, GemmProblem, get_config, get_sm90_config, sm90_smem_size
+from deep_gemm.heuristics import GemmConfig, GemmProblem, KernelType, get_config, get_sm90_config, sm90_smem_size
 from deep_gemm.heuristics.common import ceil_div
 from deep_gemm.heuristics.sm90 import (MAX_STAGES, SMEM_BUDGET, VARIANT_M_CAP, kernel_key,
                                        sm90_kernel_variants)
@@ -55,7 +55,8 @@ def check_invariants(p: GemmProblem, c: GemmConfig) -> None:
     assert c.num_multicast in (1, 2)
     assert c.num_sms % c.num_multicast == 0
     if c.num_multicast == 2:
-        assert p.m >= 512, "no multicast for m < 512"
+        total_m = p.m * (p.num_groups if p.kernel_type == KernelType.M_GROUPED_MASKED else 1)
+        assert total_m >= 512, "no multicast for m < 512"
         assert c.num_sms % 2 == 0
         if c.multicast_on_a:
             assert ceil_div(p.n, c.block_n) % 2 == 0
@@ -184,3 +185,66 @@ def test_variants_are_distinct_kernels_and_few():
         keys = [kernel_key(c) for c in variants]
         assert len(keys) == len(set(keys))
         assert 1 <= len(variants) <= 20
+
+
+# ---- Grouped GEMMs (MoE) ----
+
+CONTIGUOUS = KernelType.M_GROUPED_CONTIGUOUS
+MASKED = KernelType.M_GROUPED_MASKED
+
+
+def _grouped_problems():
+    rng = random.Random(77)
+    problems = []
+    for _ in range(150):
+        n = rng.choice([256, 2112, 4096, 7168, 24576, 1000, 72])
+        k = rng.choice([512, 2048, 7168, 576, 200])
+        groups = rng.choice([1, 2, 4, 8, 32, 256])
+        problems.append(GemmProblem(rng.randint(1, 1 << 16), n, k, 132, kernel_type=CONTIGUOUS, num_groups=groups))
+        problems.append(GemmProblem(rng.randint(1, 4096), n, k, 132, kernel_type=MASKED, num_groups=groups))
+    return problems
+
+
+@pytest.mark.parametrize("problem", _grouped_problems()[::7])
+def test_grouped_invariants(problem):
+    cfg = get_config(problem)
+    check_invariants(problem, cfg)
+    if problem.kernel_type == CONTIGUOUS:
+        # A tile must lie inside one 128-row expert segment.
+        assert 128 % cfg.block_m == 0
+    if cfg.num_multicast > 1:
+        # The two CTAs of a pair must share the expert: only A (same M block) may be multicast.
+        assert cfg.multicast_on_a and -(-problem.n // cfg.block_n) % 2 == 0
+    if problem.kernel_type == MASKED:
+        # The tile count is only known on the device: the whole (even, when clustered) SM budget is used.
+        assert cfg.num_sms == 132
+
+
+def test_contiguous_never_uses_256_row_tiles():
+    for n, k in [(4096, 7168), (7168, 2048)]:
+        for m in (4096, 32768, 65536):
+            assert get_config(GemmProblem(m, n, k, 132, kernel_type=CONTIGUOUS, num_groups=8)).block_m <= 128
+
+
+def test_masked_uses_expected_m_and_groups():
+    # Decode: few rows per expert -> one 64-row block per group; prefill-sized expected_m -> larger tiles.
+    small = get_config(GemmProblem(8, 4096, 7168, 132, kernel_type=MASKED, num_groups=256))
+    large = get_config(GemmProblem(4096, 4096, 7168, 132, kernel_type=MASKED, num_groups=4))
+    assert small.block_m == 64
+    assert large.block_m >= 128
+
+
+def test_grouped_problem_validation():
+    with pytest.raises(ValueError, match="num_groups"):
+        GemmProblem(64, 128, 128, 132, num_groups=2)  # dense with groups
+    with pytest.raises(ValueError, match="num_groups"):
+        GemmProblem(64, 128, 128, 132, kernel_type=MASKED, num_groups=0)
+
+
+@pytest.mark.parametrize("n,k", [(4096, 7168), (7168, 2048)])
+def test_every_contiguous_m_is_covered_by_the_variants(n, k):
+    variants = {kernel_key(c) for c in sm90_kernel_variants(n, k, 132, CONTIGUOUS)}
+    rng = random.Random(n + k)
+    for m in list(range(1, 600)) + [rng.randint(1, 1 << 18) for _ in range(400)]:
+        cfg = get_config(GemmProblem(m, n, k, 132, kernel_type=CONTIGUOUS, num_groups=8))
+        assert kernel_key(cfg) in variants, f"M={m} picks a contiguous kernel outside the precompiled set: {cfg}"

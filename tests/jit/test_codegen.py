@@ -55,6 +55,14 @@ def test_sm90_kernel_source_template_order():
     assert source.header == "deep_gemm/sm90/fp8_gemm_1d2d.cuh"
     on_a = "true" if config.multicast_on_a else "false"
     assert source.instantiation() == (
-        f"deep_gemm::sm90::fp8_gemm_1d2d_impl<2112, 7168, {config.block_m}, {config.block_n}, {config.num_stages}, "
+        f"deep_gemm::sm90::fp8_gemm_1d2d_impl<deep_gemm::GemmType::Normal, 2112, 7168, {config.block_m}, {config.block_n}, {config.num_stages}, "
         f"{config.num_multicast}, {on_a}, {config.swizzle_d_bytes}, {config.smem_size}>")
     assert "#include <deep_gemm/sm90/fp8_gemm_1d2d.cuh>" in source.code()
+
+
+def test_cpp_name_arguments():
+    from deep_gemm.jit import CppName
+    source = KernelSource("x", "h.cuh", "ns::f", (CppName("ns::Kind::A"), 3, True))
+    assert source.instantiation() == "ns::f<ns::Kind::A, 3, true>"
+    with pytest.raises(ValueError, match="C\\+\\+ qualified name"):
+        CppName("A; system()")

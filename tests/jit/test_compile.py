@@ -150,3 +150,36 @@ def test_flags():
     assert "--ptxas-options=-v" in NVRTCCompiler().flags(ARCH, ptxas_verbose=True)
     nvcc_flags = NVCCCompiler().flags(ARCH)
     assert "-gencode=arch=compute_90a,code=sm_90a" in nvcc_flags and "-DNDEBUG" in nvcc_flags
+
+
+# ---- Grouped (MoE) instantiations of the same kernel family ----
+
+def _grouped_configs():
+    from deep_gemm.heuristics import KernelType
+    contiguous = get_config(GemmProblem(8 * 4096, 4096, 7168, 132, kernel_type=KernelType.M_GROUPED_CONTIGUOUS,
+                                        num_groups=8))
+    masked = get_config(GemmProblem(32, 7168, 2048, 132, kernel_type=KernelType.M_GROUPED_MASKED, num_groups=32))
+    return {"contiguous": (KernelType.M_GROUPED_CONTIGUOUS, 4096, 7168, contiguous),
+            "masked": (KernelType.M_GROUPED_MASKED, 7168, 2048, masked)}
+
+
+GROUPED = _grouped_configs()
+
+
+@pytest.mark.parametrize("name", sorted(GROUPED))
+def test_grouped_kernels_compile(name):
+    kind, n, k, config = GROUPED[name]
+    source = kernel_source(n, k, config, kind)
+    assert "GemmType::MGrouped" in source.code()
+    result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True)
+    check_cubin(result.cubin)
+    check_ptx(result.ptx, config)
+    # The masked epilogue's row-bounded copy for partial blocks (plain 16-byte global stores).
+    assert ("st.global.v4.b32" in result.ptx) == (name == "masked")
+
+
+def test_contiguous_rejects_256_row_tiles_at_compile_time():
+    kind, n, k, config = GROUPED["contiguous"]
+    wide = hand_config(4096, n, k, 256, 128, 1, True)
+    with pytest.raises(CompileError, match="128-row expert segments"):
+        NVRTCCompiler().compile(kernel_source(n, k, wide, kind).code(), ARCH)

@@ -4,39 +4,84 @@
 
 namespace deep_gemm {
 
-// Persistent tile scheduler for one dense output [shape_m, SHAPE_N].
+// What one launch computes; the host passes the matching value as a template argument.
+//  - Normal            : one dense D [shape_m, SHAPE_N].
+//  - MGroupedContiguous: experts' rows stacked in A/D [shape_m, *]; `grouped_layout` = m_indices [shape_m], the
+//                        expert of every row (-1 = padding). Every BLOCK_M-row block belongs to the expert of its
+//                        first row (the host keeps BLOCK_M <= the 128-row segment alignment).
+//  - MGroupedMasked    : A/D [num_groups * shape_m, *] (shape_m = m_max rows per group); `grouped_layout` =
+//                        masked_m [num_groups], the rows of each group that are computed.
+// B is [num_groups * SHAPE_N, K] for both grouped types.
+enum class GemmType : uint32_t { Normal = 0, MGroupedContiguous = 1, MGroupedMasked = 2 };
+
+// One output tile, as the producer and the math warpgroups see it.
+struct Tile {
+    uint32_t m_block;     // block index inside the group (masked) or the whole M range (normal, contiguous)
+    uint32_t n_block;
+    uint32_t group;       // expert; 0 for Normal
+    uint32_t row_base;    // row of A / D of the tile's first row
+    uint32_t valid_rows;  // rows of the tile that may be written (masked: masked_m - m_block * BLOCK_M, capped)
+    bool skip;            // contiguous: a padding (or out-of-range expert) block, no MMA work
+};
+
+// Persistent tile scheduler.
 //
 // CTA `blockIdx.x` takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... Tiles are rasterised in groups of
 // kGroupSize blocks along the "slow" dimension; inside a group the "fast" dimension varies fastest, so the
-// CTAs of one wave touch few distinct A and B blocks (L2 reuse).
+// CTAs of one wave touch few distinct A and B blocks (L2 reuse). Masked launches number the tiles of expert 0
+// first, then expert 1's, ... and rasterise inside each expert.
 //
 // kFastAlongN = true : tiles t and t + 1 share an M block (needed for TMA multicast of A inside a 2-CTA cluster);
-// kFastAlongN = false: tiles t and t + 1 share an N block (multicast of B).
+// kFastAlongN = false: tiles t and t + 1 share an N block (multicast of B; Normal only).
 // NOTES: a pair (2i, 2i + 1) never straddles a row of its group as long as kGroupSize is even and the fast
-// dimension's block count is even; the host only picks multicast when that holds.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN, uint32_t kGroupSize = 16>
+// dimension's block count is even; the host only picks multicast when that holds. With kFastAlongN and an even
+// N block count every expert of a masked launch has an even tile count, so pairs never straddle experts either.
+template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
+          uint32_t kGroupSize = 16>
 struct TileScheduler {
     DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
+    DG_STATIC_ASSERT(kType == GemmType::Normal or kFastAlongN,
+                     "grouped GEMMs multicast only A: the two CTAs of a pair must share one expert");
     static constexpr uint32_t kNumNBlocks = ceil_div(SHAPE_N, BLOCK_N);
 
-    uint32_t num_m_blocks;
-    uint32_t num_tiles;
+    uint32_t shape_m;
+    uint32_t num_m_blocks;  // masked: of the current group
+    uint32_t num_tiles;     // masked: of the current group
     uint32_t next_tile;
+    // Grouped launches only.
+    const int32_t* grouped_layout;
+    uint32_t num_groups;
+    uint32_t group;      // masked: current group
+    uint32_t tile_base;  // masked: first tile index of the current group
+    uint32_t group_rows; // masked: computed rows of the current group
 
-    __device__ __forceinline__ explicit TileScheduler(const uint32_t shape_m) {
-        num_m_blocks = ceil_div(shape_m, BLOCK_M);
+    __device__ __forceinline__ TileScheduler(const uint32_t shape_m_, const int32_t* grouped_layout_ = nullptr,
+                                             const uint32_t num_groups_ = 1)
+        : shape_m(shape_m_), next_tile(blockIdx.x), grouped_layout(grouped_layout_), num_groups(num_groups_),
+          group(0), tile_base(0), group_rows(0) {
+        if constexpr (kType == GemmType::MGroupedMasked) {
+            group_rows = num_groups > 0 ? masked_rows(0) : 0;
+            num_m_blocks = ceil_div(group_rows, BLOCK_M);
+        } else {
+            num_m_blocks = ceil_div(shape_m, BLOCK_M);
+        }
         num_tiles = num_m_blocks * kNumNBlocks;
-        next_tile = blockIdx.x;
+    }
+
+    // Rows of group g that are computed: masked_m[g] clamped to [0, shape_m].
+    __device__ __forceinline__ uint32_t masked_rows(uint32_t g) const {
+        const int32_t rows = __ldg(grouped_layout + g);
+        return rows < 0 ? 0u : min(static_cast<uint32_t>(rows), shape_m);
     }
 
     __device__ __forceinline__ void map_tile(const uint32_t tile, uint32_t& m_block, uint32_t& n_block) const {
         const uint32_t num_fast = kFastAlongN ? kNumNBlocks : num_m_blocks;
         const uint32_t num_slow = kFastAlongN ? num_m_blocks : kNumNBlocks;
         const uint32_t tiles_per_group = kGroupSize * num_slow;
-        const uint32_t group = tile / tiles_per_group;
-        const uint32_t first_fast = group * kGroupSize;
+        const uint32_t raster = tile / tiles_per_group;
+        const uint32_t first_fast = raster * kGroupSize;
         const uint32_t width = min(kGroupSize, num_fast - first_fast);
-        const uint32_t in_group = tile - group * tiles_per_group;
+        const uint32_t in_group = tile - raster * tiles_per_group;
         const uint32_t fast = first_fast + in_group % width;
         const uint32_t slow = in_group / width;
         m_block = kFastAlongN ? slow : fast;
@@ -44,10 +89,36 @@ struct TileScheduler {
     }
 
     // Returns false once this CTA has no tile left.
-    __device__ __forceinline__ bool next(uint32_t& m_block, uint32_t& n_block) {
-        if (next_tile >= num_tiles)
-            return false;
-        map_tile(next_tile, m_block, n_block);
+    __device__ __forceinline__ bool next(Tile& tile) {
+        if constexpr (kType == GemmType::MGroupedMasked) {
+            // NOTES: next_tile only grows, so the walk over the groups never goes back.
+            while (next_tile >= tile_base + num_tiles) {
+                if (++group >= num_groups)
+                    return false;
+                tile_base += num_tiles;
+                group_rows = masked_rows(group);
+                num_m_blocks = ceil_div(group_rows, BLOCK_M);
+                num_tiles = num_m_blocks * kNumNBlocks;
+            }
+            map_tile(next_tile - tile_base, tile.m_block, tile.n_block);
+            tile.group = group;
+            tile.row_base = group * shape_m + tile.m_block * BLOCK_M;
+            tile.valid_rows = min(group_rows - tile.m_block * BLOCK_M, BLOCK_M);
+            tile.skip = false;
+        } else {
+            if (next_tile >= num_tiles)
+                return false;
+            map_tile(next_tile, tile.m_block, tile.n_block);
+            tile.row_base = tile.m_block * BLOCK_M;
+            tile.valid_rows = BLOCK_M;
+            tile.group = 0;
+            tile.skip = false;
+            if constexpr (kType == GemmType::MGroupedContiguous) {
+                const int32_t expert = __ldg(grouped_layout + tile.row_base);
+                tile.skip = expert < 0 or static_cast<uint32_t>(expert) >= num_groups;
+                tile.group = tile.skip ? 0u : static_cast<uint32_t>(expert);
+            }
+        }
         next_tile += gridDim.x;
         return true;
     }

@@ -75,6 +75,15 @@ __device__ __forceinline__ void stmatrix_x2(void* smem_row, uint32_t r0, uint32_
 }
 
 // Pack two floats into one register of two BF16 values (round to nearest even), low half first.
+// 16 bytes from shared memory to global memory through registers (both addresses 16-byte aligned).
+__device__ __forceinline__ void copy_16b_shared_to_global(void* dst, const void* src) {
+    uint32_t r0, r1, r2, r3;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(src)));
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));

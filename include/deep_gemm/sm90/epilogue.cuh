@@ -63,6 +63,25 @@ struct BF16Epilogue {
                          static_cast<int32_t>(n_start + atom * kRowBytes / 2), static_cast<int32_t>(m_start + row0));
         }
     }
+
+    // The same 64 rows, copied by the 128 threads of a warpgroup with plain 16-byte stores, skipping tile rows
+    // >= `valid_rows` and columns >= `shape_n` (a multiple of 8). `d` is D's base, `row_stride` in elements,
+    // `m_start` the D row of tile row 0. The caller synchronised the writers (a generic-proxy read needs no fence).
+    __device__ __forceinline__ static void copy_rows(const uint8_t* smem_d, uint32_t row0, uint32_t valid_rows,
+                                                     uint8_t* d, uint32_t row_stride, uint32_t m_start,
+                                                     uint32_t n_start, uint32_t shape_n, uint32_t thread) {
+        constexpr uint32_t kNumChunks = BLOCK_N / 8;
+        #pragma unroll 1
+        for (uint32_t i = thread; i < 64 * kNumChunks; i += 128) {
+            const uint32_t row = row0 + i / kNumChunks;
+            const uint32_t chunk = i % kNumChunks;
+            const uint32_t col = n_start + chunk * 8;
+            if (row < valid_rows and col < shape_n) {
+                const uint64_t offset = (static_cast<uint64_t>(m_start + row) * row_stride + col) * 2;
+                copy_16b_shared_to_global(d + offset, smem_d + chunk_offset(row, chunk));
+            }
+        }
+    }
 };
 
 }  // namespace deep_gemm::sm90

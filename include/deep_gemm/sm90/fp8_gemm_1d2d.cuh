@@ -3,6 +3,9 @@
 // Hopper (sm_90a) FP8 GEMM, D[m, n] (BF16) = dequant(A[m, k]) * dequant(B[n, k])^T, with 1x128 LHS scales (1D)
 // and 128x128 RHS scales (2D). Persistent and warp-specialised: one TMA producer warpgroup and one or two WGMMA
 // math warpgroups; FP32 partial sums of every 128-wide K block are scaled and promoted into FP32 registers.
+// One kernel family for the dense GEMM and the two MoE grouped layouts (see GemmType in common/scheduler.cuh):
+// the grouped types differ only in how tiles map to rows of A/D, to an expert's B/SB, and in what the epilogue
+// may write.
 
 #include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/scheduler.cuh>
@@ -53,15 +56,23 @@ __device__ __forceinline__ void advance_stage(uint32_t& stage, uint32_t& phase) 
     phase ^= stage == 0;
 }
 
-template <uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
-          uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize>
+// Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
+// SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
+// (masked), MN-major. `grouped_layout` is m_indices (contiguous) or masked_m (masked), `num_groups` = G.
+// `d` / `d_row_stride` (elements) address D for the stores a TMA box cannot make (masked partial tiles).
+template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
+          uint32_t kNumStages, uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize>
 __global__ void __launch_bounds__(fp8_gemm_num_math_threads<BLOCK_M>() + kNumProducerThreads, 1)
 fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [m, k] e4m3, K-major
                    const __grid_constant__ TmaDescriptor tensor_map_b,   // B  [n, k] e4m3, K-major
                    const __grid_constant__ TmaDescriptor tensor_map_sa,  // SA [ceil(k/128), m'] fp32, MN-major
                    const __grid_constant__ TmaDescriptor tensor_map_d,   // D  [m, n] bf16
                    const float* __restrict__ sb,                        // SB [ceil(n/128), ceil(k/128)] fp32
-                   const uint32_t shape_m) {
+                   const uint32_t shape_m,                              // m (dense, contiguous) or m_max
+                   const int32_t* __restrict__ grouped_layout,          // grouped only (else unused)
+                   const uint32_t num_groups,
+                   uint8_t* __restrict__ d,
+                   const uint32_t d_row_stride) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape ----
     constexpr uint32_t kNumMathThreads = fp8_gemm_num_math_threads<BLOCK_M>();
@@ -88,6 +99,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(kNumStages >= 1, "at least one pipeline stage");
     DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2, "TMA multicast is over 1 or 2 CTAs");
     DG_STATIC_ASSERT(SHAPE_N > 0 and SHAPE_K > 0, "empty problems are handled on the host");
+    DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedContiguous or BLOCK_M <= 128,
+                     "contiguous grouped tiles must not span two 128-row expert segments");
+    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or kNumMulticast == 1 or kMulticastOnA,
+                     "grouped GEMMs may multicast only A (the pair shares the M block, hence the expert)");
+    constexpr bool kGrouped = kGemmType != GemmType::Normal;
 
     // ---- Shared memory ----
     constexpr uint32_t kSmemABytes = BLOCK_M * kBlockK;  // [BLOCK_M, 128] e4m3, 128B-swizzled
@@ -138,7 +154,18 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         __syncthreads();
 
     // NOTES: tiles t and t + 1 must share the multicast operand's block; see TileScheduler.
-    using Scheduler = TileScheduler<BLOCK_M, BLOCK_N, SHAPE_N, not (kNumMulticast > 1 and not kMulticastOnA)>;
+    using Scheduler =
+        TileScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N, not (kNumMulticast > 1 and not kMulticastOnA)>;
+    // SA's TMA coordinate of a tile: masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
+    auto sa_coords = [&](const Tile& tile, uint32_t k_block, int32_t& inner, int32_t& outer) {
+        if constexpr (kGemmType == GemmType::MGroupedMasked) {
+            inner = static_cast<int32_t>(tile.m_block * BLOCK_M);
+            outer = static_cast<int32_t>(tile.group * kNumKBlocks + k_block);
+        } else {
+            inner = static_cast<int32_t>(tile.row_base);
+            outer = static_cast<int32_t>(k_block);
+        }
+    };
 
     if (threadIdx.x >= kNumMathThreads) {
         // ================= Producer warpgroup =================
@@ -146,11 +173,14 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         if (is_tma_thread) {
             constexpr uint64_t kCacheHint = kTmaCacheHintEvictNormal;
             const bool is_leader = kNumMulticast == 1 or block_rank_in_cluster() == 0;
-            Scheduler scheduler(shape_m);
-            uint32_t m_block, n_block, stage = 0, phase = 0;
-            while (scheduler.next(m_block, n_block)) {
-                const auto m_idx = static_cast<int32_t>(m_block * BLOCK_M);
-                const auto n_idx = static_cast<int32_t>(n_block * BLOCK_N);
+            Scheduler scheduler(shape_m, grouped_layout, num_groups);
+            Tile tile;
+            uint32_t stage = 0, phase = 0;
+            while (scheduler.next(tile)) {
+                if (tile.skip)
+                    continue;
+                const auto m_idx = static_cast<int32_t>(tile.row_base);
+                const auto n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
                 for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                     empty_barriers[stage].wait(phase ^ 1);
                     const Barrier* bar = &full_barriers[stage];
@@ -170,8 +200,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     } else {
                         tma_load_2d(&tensor_map_b, bar, dst_b, k_idx, n_idx, kCacheHint);
                     }
-                    tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, m_idx, static_cast<int32_t>(k_block),
-                                kCacheHint);
+                    int32_t sa_inner, sa_outer;
+                    sa_coords(tile, k_block, sa_inner, sa_outer);
+                    tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, sa_inner, sa_outer, kCacheHint);
                     advance_stage<kNumStages>(stage, phase);
                 }
             }
@@ -259,14 +290,17 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         constexpr uint32_t kSBPerThread = ceil_div(kNumSBPerTile, 128u);
         const uint32_t wg_thread = threadIdx.x % 128;
         float* wg_sb = smem_sb + math_wg * 2 * kNumSBPerTile;
-        auto fetch_sb = [&](uint32_t n_block_, float (&regs)[kSBPerThread]) {
-            const uint32_t block0 = n_block_ * BLOCK_N / 128;
+        auto fetch_sb = [&](const Tile& t, float (&regs)[kSBPerThread]) {
+            if (kGemmType == GemmType::MGroupedContiguous and t.skip)
+                return;  // a padding block: its expert index may be anything, read nothing
+            const uint32_t block0 = t.n_block * BLOCK_N / 128;
             const uint32_t block1 = min(block0 + 1, kNumSBBlocks - 1);
+            const float* group_sb = sb + (kGrouped ? t.group * kNumSBBlocks * kNumKBlocks : 0u);
             #pragma unroll
             for (uint32_t j = 0; j < kSBPerThread; ++j) {
                 const uint32_t i = wg_thread + j * 128;
                 if (i < kNumSBPerTile)
-                    regs[j] = __ldg(sb + (i < kNumKBlocks ? block0 : block1) * kNumKBlocks + i % kNumKBlocks);
+                    regs[j] = __ldg(group_sb + (i < kNumKBlocks ? block0 : block1) * kNumKBlocks + i % kNumKBlocks);
             }
         };
         auto store_sb = [&](uint32_t buf, const float (&regs)[kSBPerThread]) {
@@ -278,23 +312,41 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             }
         };
 
-        Scheduler scheduler(shape_m);
-        uint32_t m_block, n_block, stage = 0, phase = 0, sb_buf = 0;
-        bool has_tile = scheduler.next(m_block, n_block);
+        Scheduler scheduler(shape_m, grouped_layout, num_groups);
+        Tile tile;
+        uint32_t stage = 0, phase = 0, sb_buf = 0;
+        bool has_tile = scheduler.next(tile);
         if (has_tile) {
             float regs[kSBPerThread];
-            fetch_sb(n_block, regs);
+            fetch_sb(tile, regs);
             store_sb(0, regs);
             named_barrier_sync<128>(2 + math_wg);
         }
         while (has_tile) {
-            const uint32_t n_start = n_block * BLOCK_N;
+            const uint32_t n_start = tile.n_block * BLOCK_N;
             tile_sb = wg_sb + sb_buf * kNumSBPerTile;
-            uint32_t next_m_block, next_n_block;
-            const bool has_next = scheduler.next(next_m_block, next_n_block);
+            Tile next_tile;
+            const bool has_next = scheduler.next(next_tile);
             float next_sb[kSBPerThread];
             if (has_next)
-                fetch_sb(next_n_block, next_sb);
+                fetch_sb(next_tile, next_sb);
+            // Contiguous layout: which of this thread's rows (lane_row and lane_row + 8 of its warp, per sub-tile)
+            // belong to the tile's expert. Other rows (padding -1, or an index that breaks the layout) are written
+            // as zeros. NOTES: loaded here so that the latency hides behind the K loop.
+            bool row_ok[kNumSubTiles][2];
+            #pragma unroll
+            for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                #pragma unroll
+                for (uint32_t h = 0; h < 2; ++h) {
+                    row_ok[s][h] = true;
+                    if constexpr (kGemmType == GemmType::MGroupedContiguous) {
+                        const uint32_t row =
+                            tile.row_base + (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row + lane_row + h * 8;
+                        row_ok[s][h] = not tile.skip and
+                                       (row >= shape_m or __ldg(grouped_layout + row) == static_cast<int32_t>(tile.group));
+                    }
+                }
+            }
             // Which of the kNumStraddleCases column splits this tile has.
             const uint32_t straddle_case = kMayStraddle ? (n_start % 128) / kScaleGcd : 0;
 
@@ -374,7 +426,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // (measured on the H200); with few straddle cases the whole K loop is instantiated once per case
             // and picked per tile, with many it stays a run-time choice (the heuristic avoids those widths
             // where the GEMM is compute-bound).
-            if constexpr (kNumStraddleCases == 1) {
+            if (kGemmType == GemmType::MGroupedContiguous and tile.skip) {
+                // A padding block: no MMA work, the epilogue writes zeros.
+            } else if constexpr (kNumStraddleCases == 1) {
                 k_loop(Int<0>{});
             } else if constexpr (kNumStraddleCases <= kMaxStaticStraddleCases) {
                 static_for<kNumStraddleCases>([&](auto c) {
@@ -394,19 +448,32 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 tma_store_wait<0>();
             named_barrier_sync<128>(2 + math_wg);
             #pragma unroll
-            for (uint32_t s = 0; s < kNumSubTiles; ++s)
+            for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                if constexpr (kGemmType == GemmType::MGroupedContiguous) {
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        final_accum[s][i] = row_ok[s][(i / 2) % 2] ? final_accum[s][i] : 0.0f;
+                }
                 Epilogue::write_warp(smem_d, final_accum[s], (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row,
                                      lane_idx);
+            }
             fence_proxy_async_shared();
             named_barrier_sync<128>(2 + math_wg);
-            if (is_wg_leader) {
+            if (kGemmType == GemmType::MGroupedMasked and tile.valid_rows < BLOCK_M) {
+                // A masked group's last block: rows >= masked_m must stay untouched, which a TMA box cannot
+                // express, so the warpgroup copies its valid rows out of smem_d itself (16-byte chunks).
+                #pragma unroll
+                for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                    Epilogue::copy_rows(smem_d, (s * kNumMathWGs + math_wg) * WGMMA::M, tile.valid_rows, d,
+                                        d_row_stride, tile.row_base, n_start, SHAPE_N, wg_thread);
+            } else if (is_wg_leader) {
                 #pragma unroll
                 for (uint32_t s = 0; s < kNumSubTiles; ++s)
                     Epilogue::store_rows(&tensor_map_d, smem_d, (s * kNumMathWGs + math_wg) * WGMMA::M,
-                                         m_block * BLOCK_M, n_start);
+                                         tile.row_base, n_start);
                 tma_store_commit();
             }
-            m_block = next_m_block, n_block = next_n_block, has_tile = has_next, sb_buf ^= 1;
+            tile = next_tile, has_tile = has_next, sb_buf ^= 1;
         }
         if (threadIdx.x % 128 == 0)
             tma_store_wait<0>();

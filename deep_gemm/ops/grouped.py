@@ -1,0 +1,173 @@
+"""MoE grouped FP8 GEMMs (DeepGEMM-compatible): the contiguous and the masked layout.
+
+Both run the dense kernel family (include/deep_gemm/sm90/fp8_gemm_1d2d.cuh) with a grouped tile scheduler: one
+launch for all experts, no host synchronisation (the per-row expert indices and per-group row counts are read
+on the device), so both are safe to capture in a CUDA graph.
+"""
+import numbers
+from typing import Tuple
+
+import torch
+
+from ..heuristics.common import M_ALIGNMENT_CONTIGUOUS, KernelType, ceil_div
+from ..launchers import sm90_fp8_gemm_1d2d
+from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms
+from . import checks
+
+__all__ = ["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+           "get_m_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout"]
+
+
+def get_m_alignment_for_contiguous_layout() -> int:
+    """Rows each expert's segment of the contiguous layout is padded to (its start is a multiple of this)."""
+    return M_ALIGNMENT_CONTIGUOUS
+
+
+def get_mk_alignment_for_contiguous_layout() -> int:
+    """DeepGEMM v2 name of `get_m_alignment_for_contiguous_layout`."""
+    return M_ALIGNMENT_CONTIGUOUS
+
+
+def _check_rhs(rhs, k: int):
+    """B [G, n, k] e4m3 (viewable as [G * n, k]) and SB [G, ceil(n/128), ceil(k/128)] fp32."""
+    b, sb = checks.unpack_pair(rhs, "rhs")
+    checks.check_tensor(b, "rhs[0] (B)", torch.float8_e4m3fn, 3)
+    checks.check_tensor(sb, "rhs[1] (SB)", torch.float32, 3)
+    num_groups, n, k_b = b.shape
+    if k_b != k:
+        raise ValueError(f"rhs[0] (B) must have shape (G, n, {k}) to match A's k={k}, got {tuple(b.shape)}")
+    checks.check_shape(sb, "rhs[1] (SB)", (num_groups, ceil_div(n, 128), ceil_div(k, 128)),
+                       "G x ceil(n/128) x ceil(k/128)")
+    return b, sb, num_groups, n
+
+
+def _check_operands(name: str, t: torch.Tensor) -> None:
+    """A 2-D or stacked 3-D TMA operand (A, B or out): rows of unit stride, 16-byte aligned row stride/pointer."""
+    checks.check_tma_matrix(checks.rows_view(t, name), name)
+
+
+def _arch(device: torch.device, fn: str) -> str:
+    arch = get_device_arch(device.index)
+    if arch != "sm_90a":
+        raise NotImplementedError(f"{fn} has no kernel for {arch} yet (device {device})")
+    return arch
+
+
+def _launch(kind, a, sa, b, sb, out, layout, device, expected_m=0, target=None):
+    """Launch on `device` (switching to it only when it is not current)."""
+    sb = sb if sb.is_contiguous() else sb.contiguous()
+    args = (kind, a, sa, b, sb, out if target is None else target, layout, get_num_sms(device.index),
+            get_device_arch(device.index), expected_m)
+    if device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            sm90_fp8_gemm_1d2d.launch_grouped(*args)
+    else:
+        sm90_fp8_gemm_1d2d.launch_grouped(*args)
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Tuple[torch.Tensor, torch.Tensor],
+                                              rhs: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor,
+                                              m_indices: torch.Tensor) -> None:
+    """Grouped GEMM over experts whose rows are stacked along M: out[i] = A[i] @ B[m_indices[i]]^T (dequantised).
+
+    lhs = (A [M, k] float8_e4m3fn, SA [M, ceil(k/128)] float32, 1x128 scales; row-major or MN-major);
+    rhs = (B [G, n, k] float8_e4m3fn, SB [G, ceil(n/128), ceil(k/128)] float32, 128x128 scales);
+    out [M, n] bfloat16; m_indices [M] int32 on the device: the expert of each row, -1 for padding.
+
+    Layout contract (DeepGEMM's, as produced by DeepEP/vLLM/SGLang): the rows of each expert form a segment that
+    starts at a multiple of `get_m_alignment_for_contiguous_layout()` (128) rows; padding rows (-1) follow the
+    expert's rows inside its segment. A block of rows takes its expert from its first row.
+    Written to out: every row. Rows whose index is -1 (padding), lies outside [0, G), or differs from the expert
+    of its block (a broken layout) are written as zeros; no MMA work is spent on blocks whose first row is
+    padding. Nothing is read or written outside the given tensors, whatever the indices.
+    Runs on the current stream, without a host synchronisation (CUDA-graph safe). M = 0 or n = 0: nothing to
+    do; k = 0 or G = 0: out is zeroed. When n % 8 != 0 the result goes through an aligned temporary.
+    """
+    fn = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"
+    a, sa = checks.unpack_pair(lhs, "lhs")
+    checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
+    checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 2)
+    m, k = a.shape
+    b, sb, num_groups, n = _check_rhs(rhs, k)
+    checks.check_tensor(out, "out", torch.bfloat16, 2)
+    checks.check_shape(out, "out", (m, n), "M x n")
+    checks.check_shape(sa, "lhs[1] (SA)", (m, ceil_div(k, 128)), "M x ceil(k/128)")
+    checks.check_index_tensor(m_indices, "m_indices", (m,), "M")
+    named = [("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b), ("rhs[1] (SB)", sb), ("out", out),
+             ("m_indices", m_indices)]
+    device = checks.check_same_cuda_device(named)
+    if m == 0 or n == 0:
+        return
+    ragged_n = n % 8 != 0
+    if ragged_n:
+        if n > 1 and out.stride(1) != 1:
+            raise ValueError(f"out must have a contiguous inner dimension (stride(1) == 1), got strides "
+                             f"{out.stride()}")
+    else:
+        _check_operands("out", out)
+    checks.check_no_overlap(out, "out", named[:4] + named[5:])
+    if k == 0 or num_groups == 0:
+        out.zero_()
+        return
+    _check_operands("lhs[0] (A)", a)
+    _check_operands("rhs[0] (B)", b)
+    _arch(device, fn)
+    sa = get_col_major_tma_aligned_tensor(sa)
+    target = torch.empty((m, n + (-n) % 8), dtype=out.dtype, device=device) if ragged_n else None
+    _launch(KernelType.M_GROUPED_CONTIGUOUS, a, sa, b, sb, out, m_indices, device, target=target)
+    if ragged_n:
+        out.copy_(target[:, :n])
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs: Tuple[torch.Tensor, torch.Tensor],
+                                          rhs: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor,
+                                          masked_m: torch.Tensor, expected_m: int) -> None:
+    """Grouped GEMM with a fixed [G, m_max] row layout: out[g, :masked_m[g]] = A[g, :masked_m[g]] @ B[g]^T.
+
+    lhs = (A [G, m_max, k] float8_e4m3fn, SA [G, m_max, ceil(k/128)] float32, 1x128 scales);
+    rhs = (B [G, n, k] float8_e4m3fn, SB [G, ceil(n/128), ceil(k/128)] float32);
+    out [G, m_max, n] bfloat16; masked_m [G] int32 on the device; expected_m: a host int, the typical
+    masked_m, used only to pick the kernel configuration (any value is correct).
+
+    Rows >= masked_m[g] of out are not written. masked_m[g] is clamped to [0, m_max] on the device. No host
+    synchronisation: capture in a CUDA graph once and replay with new masked_m values (and new data at the same
+    addresses). n must be a multiple of 8 (a store of a ragged row would touch the next row).
+    k = 0 zeroes rows < masked_m[g] (one masked torch op, still without a sync).
+    """
+    fn = "m_grouped_gemm_fp8_fp8_bf16_nt_masked"
+    a, sa = checks.unpack_pair(lhs, "lhs")
+    checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 3)
+    checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 3)
+    num_groups_a, m_max, k = a.shape
+    b, sb, num_groups, n = _check_rhs(rhs, k)
+    if num_groups_a != num_groups:
+        raise ValueError(f"lhs[0] (A) has {num_groups_a} groups but rhs[0] (B) has {num_groups}")
+    checks.check_tensor(out, "out", torch.bfloat16, 3)
+    checks.check_shape(out, "out", (num_groups, m_max, n), "G x m_max x n")
+    checks.check_shape(sa, "lhs[1] (SA)", (num_groups, m_max, ceil_div(k, 128)), "G x m_max x ceil(k/128)")
+    checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
+    if isinstance(expected_m, bool) or not isinstance(expected_m, numbers.Integral):
+        raise TypeError(f"expected_m must be an int, got {type(expected_m).__name__}")
+    if expected_m < 0:
+        raise ValueError(f"expected_m must be >= 0, got {expected_m}")
+    named = [("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b), ("rhs[1] (SB)", sb), ("out", out),
+             ("masked_m", masked_m)]
+    device = checks.check_same_cuda_device(named)
+    if num_groups == 0 or m_max == 0 or n == 0:
+        return
+    if n % 8 != 0:
+        raise ValueError(f"rhs[0] (B): the masked layout needs n % 8 == 0 (got n={n}); pad B's rows to a multiple "
+                         f"of 8 and slice the output")
+    _check_operands("out", out)
+    checks.check_no_overlap(out, "out", named[:4] + named[5:])
+    if k == 0:
+        rows = torch.arange(m_max, device=device).view(1, m_max, 1)
+        out.copy_(torch.where(rows < masked_m.view(num_groups, 1, 1), torch.zeros((), dtype=out.dtype,
+                                                                                   device=device), out))
+        return
+    _check_operands("lhs[0] (A)", a)
+    _check_operands("rhs[0] (B)", b)
+    _arch(device, fn)
+    sa = get_col_major_tma_aligned_tensor(sa)
+    expected_m = min(max(int(expected_m), 1), m_max)
+    _launch(KernelType.M_GROUPED_MASKED, a, sa, b, sb, out, masked_m, device, expected_m)
