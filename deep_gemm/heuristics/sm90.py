@@ -115,15 +115,14 @@ def _block_ms(m: int, kind: KernelType) -> Tuple[int, ...]:
     return (64, 128, 256)
 
 
-def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
-                 groups: int = 1) -> Tuple[int, int, int]:
-    """(block_m, block_n, waves). Masked problems: m rows in each of `groups` groups."""
+def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL) -> Tuple[int, int, int]:
+    """(block_m, block_n, waves) for a dense or contiguous grouped GEMM of m rows."""
     candidates = [(bm, bn) for bm in _block_ms(m, kind) for bn in BLOCK_NS if _legal_block(bm, bn)]
     if m <= 128:
         # Memory-bound regime: spread the weights over as many SMs as possible (fewest waves, fullest last wave).
         best = None
         for bm, bn in candidates:
-            tiles = groups * ceil_div(m, bm) * ceil_div(n, bn)
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
             cand = (num_waves(tiles, sms), last_wave_util(tiles, sms), bm, bn)
             if _better(cand, best):
                 best = cand
@@ -134,11 +133,61 @@ def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType
     for bm, bn in candidates:
         if straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
             continue
-        tiles = groups * ceil_div(m, bm) * ceil_div(n, bn)
+        tiles = ceil_div(m, bm) * ceil_div(n, bn)
         waves = num_waves(tiles, sms)
         key = (waves * kblock_cycles(bm, bn), tiles)
         if best_key is None or key < best_key:
             best_key, best = key, (bm, bn, waves)
+    return best
+
+
+# Masked grouped GEMMs only know expected_m, a typical masked_m; real counts vary per group and per step. The
+# heuristic averages its cost over masked_m = expected_m * U(MASKED_SPREAD) instead of trusting one value.
+# NOTES: measured on the H200 (benchmarks/NOTES.md, v13): with the point estimate, 1 x ~1100 rows x 4096 x 7168
+# picked 256x128 (one wave at exactly 1024 rows, two at 1129: 87.5 us); the averaged cost picks 128x160 (57.8 us).
+MASKED_SPREAD = (0.7, 1.3)
+_MASKED_SAMPLES = 8
+
+
+def _masked_samples(expected_m: int) -> Tuple[int, ...]:
+    lo, hi = MASKED_SPREAD
+    return tuple(max(1, round(expected_m * (lo + (hi - lo) * (i + 0.5) / _MASKED_SAMPLES)))
+                 for i in range(_MASKED_SAMPLES))
+
+
+def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[int, int, int]:
+    """(block_m, block_n, waves) for a masked GEMM with expected_m = m rows per group."""
+    samples = _masked_samples(m)
+    m_hi = max(samples)
+    if m <= 128:
+        # Memory-bound: one M block per group whenever a group fits one (a second block re-reads the expert's
+        # weights: 32 x ~64 rows at 4096 x 7168 ran 259 us with 128-row blocks, 315 us with 64-row ones; 8 x ~128
+        # rows: 84-91 us with 128-row blocks, 100-120 us with 64-row ones), then the dense rule (fewest waves,
+        # fullest last wave) for BLOCK_N.
+        bm = 64 if m_hi <= 64 else 128
+        best = None
+        for bn in BLOCK_NS:
+            if not _legal_block(bm, bn):
+                continue
+            tiles = groups * ceil_div(n, bn)
+            cand = (num_waves(tiles, sms), last_wave_util(tiles, sms), bm, bn)
+            if _better(cand, best):
+                best = cand
+        return best[2], best[3], best[0]
+    # Compute-bound: the dense model (waves x per-K-block cycles), averaged over the spread of masked_m: one
+    # group takes each sampled count while the other groups sit at their mean block count (their sum
+    # concentrates), so a single group sees the whole spread and many groups see little of it.
+    best_key, best = None, None
+    for bm in (64, 128, 256):
+        blocks = [ceil_div(s, bm) for s in samples]
+        others = (groups - 1) * sum(blocks) / len(blocks)
+        for bn in BLOCK_NS:
+            if not _legal_block(bm, bn) or straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
+                continue
+            waves = [num_waves(math.ceil((b + others) * ceil_div(n, bn)), sms) for b in blocks]
+            key = (sum(waves) * kblock_cycles(bm, bn), groups * ceil_div(m, bm) * ceil_div(n, bn))
+            if best_key is None or key < best_key:
+                best_key, best = key, (bm, bn, max(waves))
     return best
 
 
@@ -167,7 +216,7 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
                groups: int = 1) -> GemmConfig:
     masked = kind == KernelType.M_GROUPED_MASKED
-    bm, bn, _ = _pick_blocks(m, n, k, sms, kind, groups if masked else 1)
+    bm, bn, _ = _pick_masked_blocks(m, n, k, sms, groups) if masked else _pick_blocks(m, n, k, sms, kind)
     num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)
     return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
 

@@ -156,10 +156,13 @@ def test_contiguous_all_padding_and_bad_indices():
     g.check_guards()
     assert bool((g.out3[0].float() == 0).all()), "all-padding input must give all zeros"
 
+    # Expert 0 owns rows 0-299 (padding to 384), expert 1 rows 384-483 (padding to 512). A block (64 or 128
+    # rows) takes its expert from its first row, so the corruptions below either cover whole 128-row segments
+    # or sit inside a block.
     bad = m_indices.clone()
-    bad[128:256] = 2          # == G: out of range
-    bad[256:260] = 1 << 30    # far out of range
-    bad[384] = -5             # negative, not -1
+    bad[128:256] = 2          # == G: out of range, a whole segment
+    bad[270:274] = 1 << 30    # far out of range, inside a block
+    bad[400] = -5             # negative but not -1, inside a block
     bad[10] = 1               # expert 1 inside expert 0's block (broken layout)
     g = Guarded(m, 256)
     out = g.out3[0]
@@ -167,8 +170,9 @@ def test_contiguous_all_padding_and_bad_indices():
     torch.cuda.synchronize()
     g.check_guards()
     zero_rows = torch.zeros(m, dtype=torch.bool, device="cuda")
-    zero_rows[128:260] = True
-    zero_rows[384] = True
+    zero_rows[128:256] = True
+    zero_rows[270:274] = True
+    zero_rows[400] = True
     zero_rows[10] = True
     zero_rows |= bad == -1
     assert bool((out[zero_rows].float() == 0).all())

@@ -248,3 +248,14 @@ def test_every_contiguous_m_is_covered_by_the_variants(n, k):
     for m in list(range(1, 600)) + [rng.randint(1, 1 << 18) for _ in range(400)]:
         cfg = get_config(GemmProblem(m, n, k, 132, kernel_type=CONTIGUOUS, num_groups=8))
         assert kernel_key(cfg) in variants, f"M={m} picks a contiguous kernel outside the precompiled set: {cfg}"
+
+
+def test_masked_cost_is_averaged_over_the_spread_of_masked_m():
+    # H200 (NOTES v13): 1 x ~1100 rows x 4096 x 7168 ran 87.5 us with the point-estimate pick 256x128 (one wave
+    # only if masked_m <= 1024) and 57.8-63.2 us with 128-row tiles.
+    cfg = get_config(GemmProblem(1024, 4096, 7168, 132, kernel_type=MASKED, num_groups=1))
+    assert cfg.block_m == 128
+    # Groups that may exceed 64 rows keep one 128-row block each (no second read of the expert's weights).
+    assert get_config(GemmProblem(64, 4096, 7168, 132, kernel_type=MASKED, num_groups=32)).block_m == 128
+    assert get_config(GemmProblem(128, 4096, 7168, 132, kernel_type=MASKED, num_groups=8)).block_m == 128
+    assert get_config(GemmProblem(32, 4096, 7168, 132, kernel_type=MASKED, num_groups=32)).block_m == 64
