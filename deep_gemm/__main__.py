@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import List, Tuple
 
 from .envs import read_env
-from .heuristics import GemmProblem, get_config
+from .heuristics import GemmProblem, KernelType, get_config
 from .heuristics.sm90 import kernel_key, sm90_kernel_variants
 from .jit.compiler import SUPPORTED_ARCHS
 
@@ -29,8 +29,8 @@ def _read_shapes(path: str) -> List[Tuple[int, int, int]]:
 def _build_one(item):
     from . import jit
     from .launchers import sm90_fp8_gemm_1d2d
-    (m, n, k), config, arch = item
-    source = sm90_fp8_gemm_1d2d.kernel_source(n, k, config)
+    (m, n, k), config, arch, kind = item
+    source = sm90_fp8_gemm_1d2d.kernel_source(n, k, config, kind)
     start = time.perf_counter()
     _, cached, _ = jit.build(source, arch)
     return (m, n, k), config, cached, time.perf_counter() - start
@@ -46,14 +46,23 @@ def cmd_compile(args) -> int:
     if not shapes:
         print("nothing to compile: give --m/--n/--k lists and/or --shapes FILE", file=sys.stderr)
         return 2
+    kind = _KINDS[args.kind]
+    if kind == KernelType.M_GROUPED_MASKED and args.all_m:
+        print("--all-m does not apply to --kind masked: its kernel depends on expected_m (--m) and --groups",
+              file=sys.stderr)
+        return 2
+    if args.groups <= 0:
+        print("--groups must be positive", file=sys.stderr)
+        return 2
+    groups = args.groups if kind == KernelType.M_GROUPED_MASKED else 1
     work, seen = [], set()
     for m, n, k in shapes:
         if min(m, n, k) <= 0:
             print(f"skip m={m} n={n} k={k}: empty problems launch no kernel")
             continue
-        configs = [get_config(GemmProblem(m, n, k, args.num_sms, args.arch))]
+        configs = [get_config(GemmProblem(m, n, k, args.num_sms, args.arch, kind, groups))]
         if args.all_m:
-            configs += sm90_kernel_variants(n, k, args.num_sms)
+            configs += sm90_kernel_variants(n, k, args.num_sms, kind)
         for i, config in enumerate(configs):
             key = (n, k, kernel_key(config))
             if key in seen:
@@ -61,7 +70,7 @@ def cmd_compile(args) -> int:
                     print(f"m={m} n={n} k={k}: shares the kernel of an earlier shape")
                 continue
             seen.add(key)
-            work.append(((m, n, k), config, args.arch))
+            work.append(((m, n, k), config, args.arch, kind))
     start = time.perf_counter()
     failures = 0
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -82,6 +91,10 @@ def cmd_compile(args) -> int:
     return 1 if failures else 0
 
 
+_KINDS = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
+          "masked": KernelType.M_GROUPED_MASKED}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deep_gemm")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -94,6 +107,10 @@ def main(argv=None) -> int:
     c.add_argument("--shapes", action="append", help="file of 'm n k' lines (# comments allowed)")
     c.add_argument("--all-m", action="store_true",
                    help="also every kernel variant any m can pick for each (n, k) (what the first call compiles)")
+    c.add_argument("--kind", default="dense", choices=sorted(_KINDS),
+                   help="dense GEMM, or a grouped one: contiguous (m = total rows of all experts) or masked "
+                        "(m = expected_m per group, with --groups)")
+    c.add_argument("--groups", type=int, default=1, help="number of groups (experts) of a masked GEMM")
     c.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiler processes")
     args = parser.parse_args(argv)
     if args.num_sms <= 0:

@@ -370,6 +370,26 @@ def test_cli_compile_then_cached(tmp_path, cache_dir):
     assert len(entries(cache_dir)) == 1
 
 
+def test_cli_compiles_grouped_kernels(cache_dir):
+    """--kind masked/contiguous build the grouped instantiations, which the launcher then finds in the cache."""
+    from deep_gemm.heuristics import GemmProblem, KernelType, get_config
+    from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+    result = run_cli(["compile", "--kind", "masked", "--groups", "8", "--m", "32", "--n", "256", "--k", "128",
+                      "--jobs", "1"], cache_dir)
+    assert result.returncode == 0, result.stderr
+    assert "1 kernels ready, 0 failed" in result.stdout
+    cfg = get_config(GemmProblem(32, 256, 128, 132, kernel_type=KernelType.M_GROUPED_MASKED, num_groups=8))
+    source = kernel_source(256, 128, cfg, KernelType.M_GROUPED_MASKED)
+    assert entries(cache_dir) == [f"{source.name}.{build_key(source)}"]
+
+
+def test_cli_masked_all_m_and_bad_groups_exit_2(capsys):
+    assert cli_main(["compile", "--kind", "masked", "--all-m", "--m", "64", "--n", "256", "--k", "128"]) == 2
+    assert "--all-m" in capsys.readouterr().err
+    assert cli_main(["compile", "--kind", "masked", "--groups", "0", "--m", "64", "--n", "256", "--k", "128"]) == 2
+    assert "--groups" in capsys.readouterr().err
+
+
 def test_cli_without_shapes_exits_2(capsys):
     assert cli_main(["compile"]) == 2
     assert "nothing to compile" in capsys.readouterr().err
