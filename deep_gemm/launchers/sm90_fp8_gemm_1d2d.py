@@ -114,19 +114,30 @@ def launch(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
 _ARG_TYPES = (None, None, None, None, PTR, U32, PTR, U32, PTR, U32)
 
 
-def launch_grouped(kind: KernelType, a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
-                   out: torch.Tensor, grouped_layout: torch.Tensor, num_sms: int, arch: str, expected_m: int = 0,
-                   config: Optional[GemmConfig] = None) -> _Plan:
-    """A grouped launch; inputs validated by the caller (deep_gemm/ops/grouped.py), all extents > 0.
+@dataclass
+class GroupedLaunch:
+    """Everything a grouped launch needs except the pointers (cached per layout by deep_gemm/ops/grouped.py)."""
+    plan: _Plan
+    specs: Tuple[Tuple[int, ...], ...]  # TMA descriptors, see map_specs
+    shape_m: int                        # M (contiguous) or m_max (masked)
+    num_groups: int
+    d_row_stride: int                   # out's row stride in elements
+    device_index: int
 
-    Contiguous: a [M, k], sa MN-major [M, kb], out [M, n], grouped_layout = m_indices [M].
-    Masked: a [G, m_max, k], sa MN-major [G, m_max, kb] (stride (kb * m_al, 1, m_al)), out [G, m_max, n],
-    grouped_layout = masked_m [G]. Both: b [G, n, k] viewable as [G * n, k], sb contiguous [G, ceil(n/128), kb].
+
+def prepare_grouped(kind: KernelType, a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                    num_sms: int, arch: str, expected_m: int = 0,
+                    config: Optional[GemmConfig] = None) -> GroupedLaunch:
+    """Plan a grouped launch from the layouts; inputs validated by the caller (deep_gemm/ops/grouped.py), all
+    extents > 0.
+
+    Contiguous: a [M, k], sa MN-major [M, kb], out [M, n] (grouped_layout = m_indices [M]).
+    Masked: a [G, m_max, k], sa MN-major [G, m_max, kb] (stride (kb * m_al, 1, m_al)), out [G, m_max, n]
+    (grouped_layout = masked_m [G]). Both: b [G, n, k] viewable as [G * n, k], sb contiguous [G, ceil(n/128), kb].
     """
     num_groups, n, k = b.shape
     kb = ceil_div(k, 128)
-    masked = kind == KernelType.M_GROUPED_MASKED
-    if masked:
+    if kind == KernelType.M_GROUPED_MASKED:
         m_max = a.shape[1]
         rows = num_groups * m_max
         a2, out2 = a.view(rows, k), out.view(rows, n)
@@ -144,12 +155,25 @@ def launch_grouped(kind: KernelType, a: torch.Tensor, sa: torch.Tensor, b: torch
     b2 = b.view(num_groups * n, k)
     specs = map_specs(rows, n, k, sa_stride, tma_row_stride(a2), tma_row_stride(b2), tma_row_stride(out2),
                       plan.config, b_rows=num_groups * n, **sa_extents)
-    tensors = (a, sa, b, sb, out)
-    maps = [cached_2d_tma(tensors[s[0]].data_ptr(), *s[1:]) for s in specs]
-    args = ((*maps, sb.data_ptr(), shape_m, grouped_layout.data_ptr(), num_groups, out.data_ptr(),
-             tma_row_stride(out2)), _ARG_TYPES)
-    LoadedKernel.launch(plan.launch_config, plan.function, current_raw_stream(device_index), args)
-    return plan
+    return GroupedLaunch(plan, specs, shape_m, num_groups, tma_row_stride(out2), device_index)
+
+
+def launch_prepared(prepared: GroupedLaunch, ptrs: Tuple[int, ...], layout_ptr: int) -> None:
+    """Launch a prepared grouped GEMM; ptrs = data pointers of (A, SA, B, SB, out)."""
+    maps = [cached_2d_tma(ptrs[s[0]], *s[1:]) for s in prepared.specs]
+    args = ((*maps, ptrs[3], prepared.shape_m, layout_ptr, prepared.num_groups, ptrs[4], prepared.d_row_stride),
+            _ARG_TYPES)
+    plan = prepared.plan
+    LoadedKernel.launch(plan.launch_config, plan.function, current_raw_stream(prepared.device_index), args)
+
+
+def launch_grouped(kind: KernelType, a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
+                   out: torch.Tensor, grouped_layout: torch.Tensor, num_sms: int, arch: str, expected_m: int = 0,
+                   config: Optional[GemmConfig] = None) -> _Plan:
+    """`prepare_grouped` + `launch_prepared` in one call (tools, tests)."""
+    prepared = prepare_grouped(kind, a, sa, b, out, num_sms, arch, expected_m, config)
+    launch_prepared(prepared, tuple(t.data_ptr() for t in (a, sa, b, sb, out)), grouped_layout.data_ptr())
+    return prepared.plan
 
 
 def fast_plan(plan: _Plan, specs, m: int, device_index: int, extents: Tuple[int, ...]) -> tuple:

@@ -343,3 +343,36 @@ def test_device_validation_errors():
     # The context is healthy afterwards.
     deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices)
     torch.cuda.synchronize()
+
+
+def test_cached_layouts_recheck_pointers():
+    """A warmed layout skips the full checks; what depends on the pointers is still checked on every call."""
+    lhs, rhs, m_indices, ref, _ = make_contiguous([10, 20], 256, 256, seed=9)
+    m = m_indices.numel()
+    (a8, sa), (b8, sb) = lhs, rhs
+    fn = deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
+    for _ in range(3):  # new output tensors (new pointers) with the warmed layout
+        out = torch.full((m, 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fn(lhs, rhs, out, m_indices)
+        torch.cuda.synchronize()
+        assert calc_diff(out, ref) < 1e-5
+    # The same layout at a misaligned address.
+    store = torch.empty(m * 256 + 16, device="cuda", dtype=torch.float8_e4m3fn)
+    a_bad = store[1:1 + m * 256].view(m, 256)
+    a_bad.copy_(a8)
+    with pytest.raises(ValueError, match=r"lhs\[0\] \(A\)'s data pointer must be 16-byte aligned"):
+        fn((a_bad, sa), rhs, out, m_indices)
+    # The same layout with out aliasing B.
+    buf = torch.empty((m, 256), device="cuda", dtype=torch.bfloat16)
+    b_alias = buf.view(torch.float8_e4m3fn).view(2, 256, 256)
+    b_alias.copy_(b8)
+    with pytest.raises(ValueError, match="out overlaps the memory of rhs\\[0\\] \\(B\\)"):
+        fn(lhs, (b_alias, sb), buf, m_indices)
+    # Masked: new pointers on a warmed layout.
+    lhs, rhs, ref, _ = make_masked(3, 64, 256, 256, seed=4)
+    masked_m = torch.tensor([64, 0, 33], dtype=torch.int32, device="cuda")
+    for _ in range(3):
+        g = Guarded(64, 256, lead=3)
+        deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, g.out3, masked_m, 40)
+        torch.cuda.synchronize()
+        check_masked(g, masked_m, ref, what="warmed masked layout")
