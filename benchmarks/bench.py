@@ -108,6 +108,15 @@ def _dense_anchor(m, n, k, num_tests):
     return None if fn is None else 2 * m * n * k / bench_kineto(fn, None, num_tests=num_tests) / 1e12
 
 
+def _grouped_row(fn, kind, num_groups, m, n, k, valid, diff, num_tests, dg_table, **extra):
+    """Time `fn` and report it on valid rows, with the dense cuBLAS anchor and DeepGEMM's figure."""
+    t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=num_tests)
+    return dict(kind=kind, groups=num_groups, m=m, n=n, k=k, rows=valid, us=t * 1e6,
+                tflops=2 * valid * n * k / t / 1e12, gbps=(valid * k + num_groups * n * k + 2 * valid * n) / t / 1e9,
+                diff=diff, cublas_tflops=_dense_anchor(valid, n, k, num_tests),
+                dg_tflops=dg_table.get((num_groups, m, n, k)), **extra)
+
+
 def bench_contiguous(num_groups, m, n, k, num_tests, seed=0):
     rng = random.Random(seed + num_groups * m + n + k)
     sizes = [int(m * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
@@ -132,12 +141,8 @@ def bench_contiguous(num_groups, m, n, k, num_tests, seed=0):
     rows = slice(0, sizes[0])
     ref = dequant_per_token(a8[rows], sa[rows]) @ dequant_per_block(b8[0], sb[0]).t()
     diff = calc_diff(out[rows], ref)
-    t = bench_kineto(ours, "fp8_gemm_1d2d", num_tests=num_tests)
-    tflops = 2 * valid * n * k / t / 1e12
-    gbps = (valid * k + num_groups * n * k + 2 * valid * n) / t / 1e9
-    return dict(kind="contiguous", groups=num_groups, m=m, n=n, k=k, rows=valid, padded_rows=m_sum, us=t * 1e6,
-                tflops=tflops, gbps=gbps, diff=diff, cublas_tflops=_dense_anchor(valid, n, k, num_tests),
-                dg_tflops=DG_CONTIGUOUS.get((num_groups, m, n, k)))
+    return _grouped_row(ours, "contiguous", num_groups, m, n, k, valid, diff, num_tests, DG_CONTIGUOUS,
+                        padded_rows=m_sum)
 
 
 def bench_masked(num_groups, m, n, k, num_tests, m_max, seed=0):
@@ -158,12 +163,7 @@ def bench_masked(num_groups, m, n, k, num_tests, m_max, seed=0):
     rows = slice(0, counts[0])
     ref = dequant_per_token(a8[0, rows], sa[0, rows]) @ dequant_per_block(b8[0], sb[0]).t()
     diff = calc_diff(out[0, rows], ref)
-    t = bench_kineto(ours, "fp8_gemm_1d2d", num_tests=num_tests)
-    tflops = 2 * valid * n * k / t / 1e12
-    gbps = (valid * k + num_groups * n * k + 2 * valid * n) / t / 1e9
-    return dict(kind="masked", groups=num_groups, m=m, n=n, k=k, rows=valid, m_max=m_max, us=t * 1e6,
-                tflops=tflops, gbps=gbps, diff=diff, cublas_tflops=_dense_anchor(valid, n, k, num_tests),
-                dg_tflops=DG_MASKED.get((num_groups, m, n, k)))
+    return _grouped_row(ours, "masked", num_groups, m, n, k, valid, diff, num_tests, DG_MASKED, m_max=m_max)
 
 
 def run_grouped_suites(suites, num_tests):

@@ -90,3 +90,11 @@ def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty((*batch, k, aligned_m), device=x.device, dtype=x.dtype).transpose(-1, -2)[..., :m, :]
     out.copy_(x)
     return out
+
+
+def tma_ready_scales(sa: torch.Tensor, sb: torch.Tensor, sa_ready: bool, sb_contiguous: bool):
+    """(SA, SB) as the kernels read them: SA MN-major and TMA-aligned (converted unless `sa_ready` and its pointer
+    is 16-byte aligned), SB contiguous. `sa_ready` / `sb_contiguous` come from a caller's cached layout checks."""
+    if not (sa_ready and sa.data_ptr() % 16 == 0):
+        sa = get_col_major_tma_aligned_tensor(sa)
+    return sa, sb if sb_contiguous else sb.contiguous()

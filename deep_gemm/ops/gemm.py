@@ -11,8 +11,7 @@ from ..launchers import sm90_fp8_gemm_1d2d
 from ..envs import read_env
 from ..jit import torch_ext
 from ..jit.runtime import CUDADriverError
-from ..utils import (get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size,
-                     on_num_sms_change)
+from ..utils import get_device_arch, get_num_sms, get_tma_aligned_size, on_num_sms_change, tma_ready_scales
 from . import checks
 
 
@@ -100,10 +99,7 @@ def _python_path(lhs, rhs, out, want_plan: bool = False) -> Optional[tuple]:
     # NOTES: the C++ path handles only the common case: SA already TMA-ready, SB contiguous, n % 8 == 0 and the
     # tensors on the current device; everything else stays here.
     direct = layout.sa_ready and ptrs[1] % 16 == 0 and layout.sb_contiguous and not layout.ragged_n
-    if not (layout.sa_ready and ptrs[1] % 16 == 0):
-        sa = get_col_major_tma_aligned_tensor(sa)
-    if not layout.sb_contiguous:
-        sb = sb.contiguous()
+    sa, sb = tma_ready_scales(sa, sb, layout.sa_ready, layout.sb_contiguous)
     # NOTES: switching devices costs microseconds; only do it for tensors off the current device.
     if layout.device.index != torch.cuda.current_device():
         with torch.cuda.device(layout.device):

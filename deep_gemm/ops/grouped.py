@@ -12,8 +12,7 @@ import torch
 
 from ..heuristics.common import M_ALIGNMENT_CONTIGUOUS, KernelType, ceil_div
 from ..launchers import sm90_fp8_gemm_1d2d
-from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size, \
-    on_num_sms_change
+from ..utils import get_device_arch, get_num_sms, get_tma_aligned_size, on_num_sms_change, tma_ready_scales
 from . import checks
 
 __all__ = ["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
@@ -100,10 +99,7 @@ def _run(layout: _Layout, key, lhs, rhs, out, index) -> None:
         zero = torch.zeros((), dtype=out.dtype, device=layout.device)
         out.copy_(torch.where(rows < index.view(num_groups, 1, 1), zero, out))
         return
-    if not (layout.sa_ready and ptrs[1] % 16 == 0):
-        sa = get_col_major_tma_aligned_tensor(sa)
-    if not layout.sb_contiguous:
-        sb = sb.contiguous()
+    sa, sb = tma_ready_scales(sa, sb, layout.sa_ready, layout.sb_contiguous)
     if layout.device.index != torch.cuda.current_device():
         with torch.cuda.device(layout.device):
             _launch(layout, key, a, sa, b, sb, out, index)
