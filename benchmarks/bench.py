@@ -117,18 +117,20 @@ def _grouped_row(fn, kind, num_groups, m, n, k, valid, diff, num_tests, dg_table
                 dg_tflops=dg_table.get((num_groups, m, n, k)), **extra)
 
 
+def contiguous_m_indices(sizes):
+    """m_indices [sum of padded sizes] int32 on the GPU: expert g's sizes[g] rows, padded with -1 to the alignment."""
+    align = deep_gemm.get_m_alignment_for_contiguous_layout()
+    parts = []
+    for g, rows in enumerate(sizes):
+        parts += [torch.full((rows,), g, dtype=torch.int32), torch.full(((-rows) % align,), -1, dtype=torch.int32)]
+    return torch.cat(parts).cuda()
+
+
 def bench_contiguous(num_groups, m, n, k, num_tests, seed=0):
     rng = random.Random(seed + num_groups * m + n + k)
     sizes = [int(m * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
-    align = deep_gemm.get_m_alignment_for_contiguous_layout()
-    padded = [(s + align - 1) // align * align for s in sizes]
-    m_sum, valid = sum(padded), sum(sizes)
-    idx = torch.full((m_sum,), -1, dtype=torch.int32)
-    start = 0
-    for g, (s, p) in enumerate(zip(sizes, padded)):
-        idx[start:start + s] = g
-        start += p
-    m_indices = idx.cuda()
+    m_indices = contiguous_m_indices(sizes)
+    m_sum, valid = m_indices.numel(), sum(sizes)
     a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m_sum, k), device="cuda", dtype=torch.bfloat16))
     sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
     b8, sb = _grouped_weights(num_groups, n, k)

@@ -69,6 +69,16 @@ def get_tma_aligned_size(x: int, element_size: int) -> int:
     return align(x, 16 // element_size)
 
 
+def is_col_major_tma_aligned(x: torch.Tensor) -> bool:
+    """Whether [m, k'] / [g, m, k'] `x` has the strides `get_col_major_tma_aligned_tensor` returns (the pointer's
+    16-byte alignment is not checked: it changes from call to call where the layout does not)."""
+    m, k = x.shape[-2], x.shape[-1]
+    aligned_m = get_tma_aligned_size(m, x.element_size())
+    if not (x.stride(-2) == 1 and (x.stride(-1) == aligned_m or k == 1)):
+        return False
+    return x.dim() == 2 or x.stride(0) == aligned_m * k or x.shape[0] == 1
+
+
 def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
     """Return `x` ([m, k'] or [g, m, k'], float32) as an MN-major tensor whose M stride is padded to 16 bytes.
 
@@ -81,11 +91,10 @@ def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"x must be float32 scales, got {x.dtype}")
     if x.dim() not in (2, 3):
         raise ValueError(f"x must be 2-D [m, k] or 3-D [g, m, k], got shape {tuple(x.shape)}")
+    if is_col_major_tma_aligned(x) and x.data_ptr() % 16 == 0:
+        return x
     m, k = x.shape[-2], x.shape[-1]
     aligned_m = get_tma_aligned_size(m, x.element_size())
-    if x.stride(-2) == 1 and (x.stride(-1) == aligned_m or k == 1) and x.data_ptr() % 16 == 0:
-        if x.dim() == 2 or x.stride(0) == aligned_m * k or x.shape[0] == 1:
-            return x
     batch = () if x.dim() == 2 else (x.shape[0],)
     out = torch.empty((*batch, k, aligned_m), device=x.device, dtype=x.dtype).transpose(-1, -2)[..., :m, :]
     out.copy_(x)

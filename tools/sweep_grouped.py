@@ -18,7 +18,7 @@ from deep_gemm.heuristics import GemmProblem, KernelType, get_config  # noqa: E4
 from deep_gemm.heuristics.sm90 import _legal_block, build_sm90_config, kernel_key  # noqa: E402
 from deep_gemm.launchers import sm90_fp8_gemm_1d2d as L  # noqa: E402
 from deep_gemm.testing import bench_kineto  # noqa: E402
-from bench import _grouped_weights  # noqa: E402
+from bench import _grouped_weights, contiguous_m_indices  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("cases", nargs="+")
@@ -34,17 +34,12 @@ for case in args.cases:
     sizes = [int(m * rng.uniform(0.7, 1.3)) for _ in range(g)]
     b8, sb = _grouped_weights(g, n, k)
     if kind == KernelType.M_GROUPED_CONTIGUOUS:
-        padded = [(s + 127) // 128 * 128 for s in sizes]
-        idx = torch.full((sum(padded),), -1, dtype=torch.int32)
-        start = 0
-        for i, (s, pd) in enumerate(zip(sizes, padded)):
-            idx[start:start + s] = i
-            start += pd
-        layout = idx.cuda()
-        a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((sum(padded), k), device="cuda", dtype=torch.bfloat16))
+        layout = contiguous_m_indices(sizes)
+        m_sum = layout.numel()
+        a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m_sum, k), device="cuda", dtype=torch.bfloat16))
         sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
-        out = torch.empty((sum(padded), n), device="cuda", dtype=torch.bfloat16)
-        heur_m, block_ms = sum(padded), (64, 128)
+        out = torch.empty((m_sum, n), device="cuda", dtype=torch.bfloat16)
+        heur_m, block_ms = m_sum, (64, 128)
     else:
         m_max = 4096 if g <= 32 else 1024
         sizes = [min(s, m_max) for s in sizes]

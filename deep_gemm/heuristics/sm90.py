@@ -107,6 +107,18 @@ def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -
     return 1, True
 
 
+def _fewest_waves(candidates, tiles_of, sms: int) -> Tuple[int, int, int]:
+    """(block_m, block_n, waves) of the candidate with the fewest waves, then the fullest last wave (`_better`);
+    `tiles_of(bm, bn)` counts the tiles."""
+    best = None
+    for bm, bn in candidates:
+        tiles = tiles_of(bm, bn)
+        cand = (num_waves(tiles, sms), last_wave_util(tiles, sms), bm, bn)
+        if _better(cand, best):
+            best = cand
+    return best[2], best[3], best[0]
+
+
 def _block_ms(m: int, kind: KernelType) -> Tuple[int, ...]:
     if m <= 64:
         return (64,)
@@ -120,13 +132,7 @@ def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType
     candidates = [(bm, bn) for bm in _block_ms(m, kind) for bn in BLOCK_NS if _legal_block(bm, bn)]
     if m <= 128:
         # Memory-bound regime: spread the weights over as many SMs as possible (fewest waves, fullest last wave).
-        best = None
-        for bm, bn in candidates:
-            tiles = ceil_div(m, bm) * ceil_div(n, bn)
-            cand = (num_waves(tiles, sms), last_wave_util(tiles, sms), bm, bn)
-            if _better(cand, best):
-                best = cand
-        return best[2], best[3], best[0]
+        return _fewest_waves(candidates, lambda bm, bn: ceil_div(m, bm) * ceil_div(n, bn), sms)
     # Compute-bound regime: least modelled time = waves x per-tile cycles; ties go to fewer tiles. Widths whose
     # scale choice stays a run-time select are too slow here.
     best_key, best = None, None
@@ -165,15 +171,8 @@ def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[
         # rows: 84-91 us with 128-row blocks, 100-120 us with 64-row ones), then the dense rule (fewest waves,
         # fullest last wave) for BLOCK_N.
         bm = 64 if m_hi <= 64 else 128
-        best = None
-        for bn in BLOCK_NS:
-            if not _legal_block(bm, bn):
-                continue
-            tiles = groups * ceil_div(n, bn)
-            cand = (num_waves(tiles, sms), last_wave_util(tiles, sms), bm, bn)
-            if _better(cand, best):
-                best = cand
-        return best[2], best[3], best[0]
+        candidates = [(bm, bn) for bn in BLOCK_NS if _legal_block(bm, bn)]
+        return _fewest_waves(candidates, lambda bm_, bn: groups * ceil_div(n, bn), sms)
     # Compute-bound: the dense model (waves x per-K-block cycles), averaged over the spread of masked_m: one
     # group takes each sampled count while the other groups sit at their mean block count (their sum
     # concentrates), so a single group sees the whole spread and many groups see little of it.

@@ -53,6 +53,16 @@ def check_tma_matrix(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}'s data pointer must be 16-byte aligned, got offset {t.data_ptr() % 16}")
 
 
+def check_out_rows(out: torch.Tensor, ragged_n: bool) -> None:
+    """A 2-D BF16 output for the kernels: a TMA matrix, or, when n % 8 != 0 (written through an aligned temporary
+    and one copy), any tensor with a unit inner stride."""
+    n = out.shape[1]
+    if not ragged_n:
+        check_tma_matrix(out, "out")
+    elif n > 1 and out.stride(1) != 1:
+        raise ValueError(f"out must have a contiguous inner dimension (stride(1) == 1), got strides {out.stride()}")
+
+
 def extent_bytes(t: torch.Tensor) -> int:
     """Bytes from the first to one past the last element of `t` (0 when empty)."""
     if t.numel() == 0:

@@ -11,7 +11,7 @@ from ..launchers import sm90_fp8_gemm_1d2d
 from ..envs import read_env
 from ..jit import torch_ext
 from ..jit.runtime import CUDADriverError
-from ..utils import get_device_arch, get_num_sms, get_tma_aligned_size, on_num_sms_change, tma_ready_scales
+from ..utils import get_device_arch, get_num_sms, is_col_major_tma_aligned, on_num_sms_change, tma_ready_scales
 from . import checks
 
 
@@ -223,12 +223,7 @@ def _check_layout(lhs, rhs, out) -> _Layout:
     # NOTES: a TMA store writes whole 16-byte chunks of a row: with n % 8 != 0 the last chunk would spill into
     # whatever follows the row (measured on the H200), so such outputs go through an aligned temporary.
     ragged_n = n % 8 != 0
-    if ragged_n:
-        if n > 1 and out.stride(1) != 1:
-            raise ValueError(f"out must have a contiguous inner dimension (stride(1) == 1), "
-                             f"got strides {out.stride()}")
-    else:
-        checks.check_tma_matrix(out, "out")
+    checks.check_out_rows(out, ragged_n)
     checks.check_no_overlap(out, "out", list(zip(_INPUT_NAMES, (a, sa, b, sb))))
     if k == 0:
         return _Layout("zero", m, n, k, device, "", num_sms, ragged_n, False, False, extents)
@@ -237,6 +232,5 @@ def _check_layout(lhs, rhs, out) -> _Layout:
     arch = get_device_arch(device.index)
     if arch != "sm_90a":
         raise NotImplementedError(f"gemm_fp8_fp8_bf16_nt has no kernel for {arch} yet (device {device})")
-    aligned_m = get_tma_aligned_size(m, 4)
-    sa_ready = sa.stride(0) == 1 and (sa.stride(1) == aligned_m or kb == 1)
-    return _Layout("launch", m, n, k, device, arch, num_sms, ragged_n, sa_ready, sb.is_contiguous(), extents)
+    return _Layout("launch", m, n, k, device, arch, num_sms, ragged_n, is_col_major_tma_aligned(sa),
+                   sb.is_contiguous(), extents)

@@ -12,7 +12,7 @@ import torch
 
 from ..heuristics.common import M_ALIGNMENT_CONTIGUOUS, KernelType, ceil_div
 from ..launchers import sm90_fp8_gemm_1d2d
-from ..utils import get_device_arch, get_num_sms, get_tma_aligned_size, on_num_sms_change, tma_ready_scales
+from ..utils import get_device_arch, get_num_sms, is_col_major_tma_aligned, on_num_sms_change, tma_ready_scales
 from . import checks
 
 __all__ = ["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
@@ -99,15 +99,19 @@ def _run(layout: _Layout, key, lhs, rhs, out, index) -> None:
         zero = torch.zeros((), dtype=out.dtype, device=layout.device)
         out.copy_(torch.where(rows < index.view(num_groups, 1, 1), zero, out))
         return
-    sa, sb = tma_ready_scales(sa, sb, layout.sa_ready, layout.sb_contiguous)
+    sa_k, sb_k = tma_ready_scales(sa, sb, layout.sa_ready, layout.sb_contiguous)
+    if sa_k is not sa or sb_k is not sb:  # converted copies: their own pointers
+        sa, sb = sa_k, sb_k
+        ptrs = (ptrs[0], sa.data_ptr(), ptrs[2], sb.data_ptr(), ptrs[4], ptrs[5])
     if layout.device.index != torch.cuda.current_device():
         with torch.cuda.device(layout.device):
-            _launch(layout, key, a, sa, b, sb, out, index)
+            _launch(layout, key, a, sa, b, sb, out, ptrs)
     else:
-        _launch(layout, key, a, sa, b, sb, out, index)
+        _launch(layout, key, a, sa, b, sb, out, ptrs)
 
 
-def _launch(layout: _Layout, key, a, sa, b, sb, out, index) -> None:
+def _launch(layout: _Layout, key, a, sa, b, sb, out, ptrs) -> None:
+    """ptrs: the pointers of (A, SA, B, SB, out, index) as launched (SA/SB after any conversion)."""
     target = out
     if layout.ragged_n:
         m, n = out.shape
@@ -118,18 +122,10 @@ def _launch(layout: _Layout, key, a, sa, b, sb, out, index) -> None:
                                                       get_device_arch(layout.device.index), layout.expected_m)
         if key is not None:
             _prepared[key] = prepared
-    ptrs = (a.data_ptr(), sa.data_ptr(), b.data_ptr(), sb.data_ptr(), target.data_ptr())
-    sm90_fp8_gemm_1d2d.launch_prepared(prepared, ptrs, index.data_ptr())
+    out_ptr = target.data_ptr() if layout.ragged_n else ptrs[4]
+    sm90_fp8_gemm_1d2d.launch_prepared(prepared, (*ptrs[:4], out_ptr), ptrs[5])
     if layout.ragged_n:
         out.copy_(target[:, :out.shape[1]])
-
-
-def _sa_ready(sa: torch.Tensor) -> bool:
-    """SA already in the layout get_col_major_tma_aligned_tensor returns (pointer alignment checked per call)."""
-    m, kb = sa.shape[-2], sa.shape[-1]
-    aligned = get_tma_aligned_size(m, 4)
-    ok = sa.stride(-2) == 1 and (sa.stride(-1) == aligned or kb == 1)
-    return ok and (sa.dim() == 2 or sa.stride(0) == aligned * kb or sa.shape[0] == 1)
 
 
 def _check_rhs(rhs, k: int):
@@ -198,16 +194,11 @@ def _check_contiguous(lhs, rhs, out, m_indices) -> _Layout:
     kind = KernelType.M_GROUPED_CONTIGUOUS
 
     def layout(action, ragged_n=False):
-        return _Layout(kind, action, device, ragged_n, _sa_ready(sa), sb.is_contiguous(), extents, 0)
+        return _Layout(kind, action, device, ragged_n, is_col_major_tma_aligned(sa), sb.is_contiguous(), extents, 0)
     if m == 0 or n == 0:
         return layout("none")
     ragged_n = n % 8 != 0
-    if ragged_n:
-        if n > 1 and out.stride(1) != 1:
-            raise ValueError(f"out must have a contiguous inner dimension (stride(1) == 1), got strides "
-                             f"{out.stride()}")
-    else:
-        _check_operands("out", out)
+    checks.check_out_rows(out, ragged_n)
     checks.check_no_overlap(out, "out", named[:4] + named[5:])
     if k == 0 or num_groups == 0:
         return layout("zero", ragged_n)
@@ -260,7 +251,7 @@ def _check_masked(lhs, rhs, out, masked_m, expected_m) -> _Layout:
     extents = tuple(checks.extent_bytes(t) for _, t in named)
 
     def layout(action):
-        return _Layout(KernelType.M_GROUPED_MASKED, action, device, False, _sa_ready(sa), sb.is_contiguous(),
+        return _Layout(KernelType.M_GROUPED_MASKED, action, device, False, is_col_major_tma_aligned(sa), sb.is_contiguous(),
                        extents, min(max(int(expected_m), 1), max(m_max, 1)))
     if num_groups == 0 or m_max == 0 or n == 0:
         return layout("none")
