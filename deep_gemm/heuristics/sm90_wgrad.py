@@ -1,0 +1,109 @@
+"""Hopper (sm_90a) configuration for the FP8 weight-gradient GEMM (1x128 scales on both operands, FP32 D += A B^T),
+dense and k-grouped: block shape, stages, multicast, grid and the per-launch group capacity."""
+import functools
+from typing import Tuple
+
+from .common import GemmConfig, align, ceil_div, min_sms_for_waves, num_waves
+from .sm90 import BLOCK_K, FP8_FLOPS_PER_CLK, SMEM_BUDGET, SMEM_BYTES_PER_CLK, num_math_threads
+
+MAX_STAGES = 8
+BLOCK_MS = (64, 128)
+# NOTES: wider tiles spill registers (ptxas: 32+ bytes from 224 on), see tests/jit/test_compile_wgrad.py.
+BLOCK_NS = tuple(range(16, 209, 16))
+# Groups one launch carries: the per-group operands (two tensor maps and two integers each, 264 bytes) are kernel
+# parameters, limited to 32764 bytes in all. Capacities are bucketed so that few kernels are compiled.
+GROUP_CAPACITIES = (1, 8, 32, 96)
+MAX_GROUPS_PER_LAUNCH = GROUP_CAPACITIES[-1]
+# Multicast only where both weight dimensions are large (as measured for the 1D2D kernel; see benchmarks/NOTES.md).
+MULTICAST_MIN_MN = 4096
+# Modelled efficiency of a pipeline of this many stages (the 1D2D kernel on the H200: 3 -> 4 stages +13% at
+# 128x128, 2 -> 3 +23% at 256x128).
+_STAGE_EFFICIENCY = {1: 0.5, 2: 0.75, 3: 0.9}
+
+
+def group_capacity(num_groups: int) -> int:
+    """The smallest compiled group capacity that holds `num_groups` (at most MAX_GROUPS_PER_LAUNCH)."""
+    return next(c for c in GROUP_CAPACITIES if c >= min(num_groups, MAX_GROUPS_PER_LAUNCH))
+
+
+def swizzle_d_bytes(block_n: int) -> int:
+    """Widest TMA swizzle that divides one FP32 row of the tile (BLOCK_N is a multiple of 8, so 32 always does)."""
+    return next(s for s in (128, 64, 32) if (block_n * 4) % s == 0)
+
+
+def wgrad_smem_size(block_m: int, block_n: int, num_stages: int) -> int:
+    """Mirror of `fp8_wgrad_smem_size` in include/deep_gemm/sm90/fp8_wgrad_1d1d.cuh (the kernel asserts equality)."""
+    d = align(block_m * block_n * 4, 1024)
+    stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + block_n * 4
+    return d + num_stages * stage + num_stages * 2 * 8
+
+
+def max_stages(block_m: int, block_n: int) -> int:
+    return next((s for s in range(MAX_STAGES, 0, -1) if wgrad_smem_size(block_m, block_n, s) <= SMEM_BUDGET), 0)
+
+
+def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
+    """Modelled SM cycles per 128-wide K block of one tile: the larger of tensor-core time, shared-memory traffic
+    (TMA writes of A, B and scales plus WGMMA reads) and the promotion (two FP32 operations per accumulator, on
+    128 lanes per clock), divided by the pipeline's modelled efficiency."""
+    mma = 2 * block_m * block_n * BLOCK_K / FP8_FLOPS_PER_CLK
+    smem = ((block_m + block_n) * BLOCK_K + (block_m // 64) * (64 + block_n) * BLOCK_K) / SMEM_BYTES_PER_CLK
+    promotion = 2 * block_m * block_n / 128
+    return max(mma, smem, promotion) / _STAGE_EFFICIENCY.get(stages, 1.0)
+
+
+def _pick_blocks(m: int, n: int, groups: int, sms: int) -> Tuple[int, int]:
+    """Least modelled time: waves (over the tiles of all groups) x per-tile cycles; ties go to fewer tiles."""
+    best_key, best = None, None
+    for bm in BLOCK_MS:
+        if bm == 64 and m > 64 and ceil_div(m, 128) * 128 - m < 64:
+            continue  # 128-row tiles waste under 64 rows: 64-row ones only add B re-reads
+        for bn in BLOCK_NS:
+            stages = max_stages(bm, bn)
+            if stages < 2:
+                continue
+            tiles = groups * ceil_div(m, bm) * ceil_div(n, bn)
+            key = (num_waves(tiles, sms) * kblock_cycles(bm, bn, stages), tiles)
+            if best_key is None or key < best_key:
+                best_key, best = key, (bm, bn)
+    return best
+
+
+def build_wgrad_config(m: int, n: int, groups: int, block_m: int, block_n: int, num_sms: int,
+                       num_multicast: int = 1, multicast_on_a: bool = True, num_stages: int = 0) -> GemmConfig:
+    """The full configuration for chosen blocks (deepest pipeline that fits unless `num_stages` is given, smallest
+    grid that keeps the number of waves). Also used by tools/ to time configurations the heuristic did not pick."""
+    stages = num_stages or max_stages(block_m, block_n)
+    if stages < 1 or wgrad_smem_size(block_m, block_n, stages) > SMEM_BUDGET:
+        raise ValueError(f"block {block_m}x{block_n} with {stages} stages does not fit in shared memory")
+    tiles = groups * ceil_div(m, block_m) * ceil_div(n, block_n)
+    if num_multicast > 1:
+        pairs = ceil_div(n, block_n) if multicast_on_a else ceil_div(m, block_m)
+        if pairs % 2 != 0 or num_sms % 2 != 0:
+            raise ValueError("multicast needs an even block count along the pair's fast dimension and an even grid")
+    grid = min(num_sms // num_multicast * num_multicast,
+               min_sms_for_waves(tiles, num_waves(tiles, num_sms), num_multicast))
+    return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
+                      num_multicast=num_multicast, multicast_on_a=multicast_on_a,
+                      swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
+                      smem_size=wgrad_smem_size(block_m, block_n, stages),
+                      num_threads=num_math_threads(block_m) + 128)
+
+
+@functools.lru_cache(maxsize=1024)
+def get_wgrad_config(m: int, n: int, groups: int, num_sms: int) -> GemmConfig:
+    """Configuration of a weight-gradient launch over `groups` groups of [m, n] outputs (m, n, groups > 0).
+
+    K does not enter: every tile of a group runs the same K loop, so K scales all candidates alike (k-grouped
+    launches with unequal K are modelled by their tile count)."""
+    if min(m, n, groups, num_sms) <= 0:
+        raise ValueError(f"m, n, groups and num_sms must be positive, got {m}, {n}, {groups}, {num_sms}")
+    bm, bn = _pick_blocks(m, n, groups, num_sms)
+    num_multicast, on_a = 1, True
+    if min(m, n) >= MULTICAST_MIN_MN and num_sms % 2 == 0:
+        # Pairs share the larger operand tile; a pair needs an even block count along its fast dimension.
+        for a_side in ((True, False) if bm >= bn else (False, True)):
+            if (ceil_div(n, bn) if a_side else ceil_div(m, bm)) % 2 == 0:
+                num_multicast, on_a = 2, a_side
+                break
+    return build_wgrad_config(m, n, groups, bm, bn, num_sms, num_multicast, on_a)

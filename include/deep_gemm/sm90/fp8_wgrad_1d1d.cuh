@@ -1,0 +1,283 @@
+#pragma once
+
+// Hopper (sm_90a) FP8 weight-gradient GEMM: D[g] (FP32) += dequant(A_g[m, k_g]) * dequant(B_g[n, k_g])^T for
+// g < num_groups, with 1x128 scales on BOTH operands (1D x 1D: one scale per row and 128-wide K block). A dense
+// weight gradient is one group. All groups share m and n; each has its own K (MoE experts' token counts), its own
+// A/B tensor maps (kernel parameters, so a CUDA graph replays them by value) and its own rows of the stacked scales.
+// Structure as in fp8_gemm_1d2d.cuh: persistent, one TMA producer warpgroup, one or two WGMMA math warpgroups; every
+// 128-wide K block's FP32 partial sums are promoted with SA(row) * SB(column); the epilogue adds the tile into D with
+// a TMA reduce-add (D is read and written once, in L2; no separate read of C).
+
+#include <deep_gemm/common/barrier.cuh>
+#include <deep_gemm/common/scheduler.cuh>
+#include <deep_gemm/common/tma.cuh>
+#include <deep_gemm/common/utils.cuh>
+#include <deep_gemm/sm90/epilogue.cuh>
+#include <deep_gemm/sm90/mma.cuh>
+#include <deep_gemm/sm90/pipeline.cuh>
+
+#if defined(__CUDA_ARCH__) and not defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "deep_gemm: the sm90 kernels need the arch-specific target sm_90a (plain sm_90 has no WGMMA/setmaxnreg)"
+#endif
+
+namespace deep_gemm::sm90 {
+
+// Per-group operands, passed by value as one kernel parameter (kMaxGroups * 264 bytes; the host keeps it under the
+// 32 KiB parameter limit).
+template <uint32_t kMaxGroups>
+struct WgradGroups {
+    TmaDescriptor a[kMaxGroups];          // A_g [m, k_g] e4m3, K-major
+    TmaDescriptor b[kMaxGroups];          // B_g [n, k_g] e4m3, K-major
+    uint32_t num_k_blocks[kMaxGroups];    // ceil(k_g / 128); 0 = an empty group (D[g] untouched)
+    uint32_t k_block_offset[kMaxGroups];  // the group's first row in SA and SB
+};
+
+template <uint32_t BLOCK_M>
+constexpr uint32_t fp8_wgrad_num_math_threads() {
+    return BLOCK_M == 64 ? 128 : 256;
+}
+
+// Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_wgrad.py), asserted below.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
+constexpr uint32_t fp8_wgrad_smem_size() {
+    constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 4, 1024);
+    constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4 + BLOCK_N * 4;
+    return d + kNumStages * stage + kNumStages * 2 * 8;
+}
+
+template <uint32_t SHAPE_N, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t kNumMulticast,
+          bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kMaxGroups, uint32_t kSmemSize>
+__global__ void __launch_bounds__(fp8_wgrad_num_math_threads<BLOCK_M>() + kNumProducerThreads, 1)
+fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
+                    const __grid_constant__ TmaDescriptor tensor_map_sa,  // SA [sum_g ceil(k_g/128), m'] fp32
+                    const __grid_constant__ TmaDescriptor tensor_map_sb,  // SB [sum_g ceil(k_g/128), n'] fp32
+                    const __grid_constant__ TmaDescriptor tensor_map_d,   // D  [num_groups, m, n] fp32
+                    const uint32_t shape_m,
+                    const uint32_t num_groups) {
+#if defined(__CUDA_ARCH__)
+    // ---- Compile-time shape ----
+    constexpr uint32_t kNumMathThreads = fp8_wgrad_num_math_threads<BLOCK_M>();
+    using WGMMA = FP8WGMMA<BLOCK_N>;
+    using Epilogue = FP32AccumulateEpilogue<BLOCK_N, kSwizzleDBytes>;
+    constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
+    // NOTES: with BLOCK_N <= 128 the column scales of a K block fit in registers next to the final and partial
+    // accumulators, so they are loaded while the WGMMAs run; wider tiles read them after the wait, chunk by chunk.
+    constexpr bool kPreloadSB = BLOCK_N <= 128;
+
+    DG_STATIC_ASSERT(BLOCK_M == 64 or BLOCK_M == 128, "BLOCK_M must be 64 or 128 (one 64-row tile per warpgroup)");
+    DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 16 and BLOCK_N <= 256,
+                     "BLOCK_N must be a multiple of 8 in [16, 256]");
+    DG_STATIC_ASSERT(kNumStages >= 1, "at least one pipeline stage");
+    DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2, "TMA multicast is over 1 or 2 CTAs");
+    DG_STATIC_ASSERT(kMaxGroups >= 1, "at least one group");
+    DG_STATIC_ASSERT(sizeof(WgradGroups<kMaxGroups>) + 3 * sizeof(TmaDescriptor) + 64 <= 32764,
+                     "the per-group operands exceed the kernel parameter limit");
+
+    // ---- Shared memory ----
+    constexpr uint32_t kSmemABytes = BLOCK_M * kBlockK;  // [BLOCK_M, 128] e4m3, 128B-swizzled
+    constexpr uint32_t kSmemBBytes = BLOCK_N * kBlockK;  // [BLOCK_N, 128] e4m3, 128B-swizzled
+    constexpr uint32_t kStageTxBytes = kSmemABytes + kSmemBBytes + BLOCK_M * 4 + BLOCK_N * 4;
+    constexpr uint32_t kSmemDBytes = align_up<uint32_t>(BLOCK_M * BLOCK_N * 4, 1024);
+    DG_STATIC_ASSERT(kSmemSize == (fp8_wgrad_smem_size<BLOCK_M, BLOCK_N, kNumStages>()),
+                     "host and device disagree on the shared-memory size");
+    DG_STATIC_ASSERT(kSmemSize <= kSmemBudget, "configuration exceeds the 232448-byte shared-memory budget");
+    DG_STATIC_ASSERT(Epilogue::kSmemBytes % 1024 == 0, "each warpgroup's D tile must stay 1024-byte aligned");
+
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t* smem_d = smem;                                                         // [math WGs][64, BLOCK_N] fp32
+    uint8_t* smem_a = smem + kSmemDBytes;                                           // [stages][BLOCK_M, 128]
+    uint8_t* smem_b = smem_a + kNumStages * kSmemABytes;                            // [stages][BLOCK_N, 128]
+    float* smem_sa = reinterpret_cast<float*>(smem_b + kNumStages * kSmemBBytes);  // [stages][BLOCK_M]
+    float* smem_sb = smem_sa + kNumStages * BLOCK_M;                                // [stages][BLOCK_N]
+    Barrier* full_barriers = reinterpret_cast<Barrier*>(smem_sb + kNumStages * BLOCK_N);  // [stages]
+    Barrier* empty_barriers = full_barriers + kNumStages;                                 // [stages]
+
+    const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
+    const uint32_t lane_idx = threadIdx.x % 32;
+    const bool is_tma_thread = threadIdx.x == kNumMathThreads;
+
+    // ---- Descriptor prefetch and barrier init ----
+    if (is_tma_thread) {
+        prefetch_tma_descriptor(&tensor_map_sa);
+        prefetch_tma_descriptor(&tensor_map_sb);
+        prefetch_tma_descriptor(&tensor_map_d);
+        #pragma unroll
+        for (uint32_t i = 0; i < kNumStages; ++i) {
+            full_barriers[i].init(1);
+            // NOTES: every math warp of every CTA of the cluster frees the stage (a multicast writes both CTAs).
+            empty_barriers[i].init(kNumMulticast * kNumMathThreads / 32);
+        }
+        fence_proxy_async_shared();
+        fence_barrier_init();
+    }
+    if constexpr (kNumMulticast > 1)
+        cluster_sync();
+    else
+        __syncthreads();
+
+    // NOTES: tiles t and t + 1 share the multicast operand's block (and, per-group tile counts being even, the group).
+    using Scheduler = TileScheduler<GemmType::KGrouped, BLOCK_M, BLOCK_N, SHAPE_N,
+                                    not (kNumMulticast > 1 and not kMulticastOnA)>;
+
+    if (threadIdx.x >= kNumMathThreads) {
+        // ================= Producer warpgroup =================
+        warpgroup_reg_dealloc<40>();
+        if (is_tma_thread) {
+            constexpr uint64_t kCacheHint = kTmaCacheHintEvictNormal;
+            const bool is_leader = kNumMulticast == 1 or block_rank_in_cluster() == 0;
+            Scheduler scheduler(shape_m, nullptr, num_groups);
+            Tile tile;
+            uint32_t stage = 0, phase = 0;
+            while (scheduler.next(tile)) {
+                const uint32_t num_k_blocks = groups.num_k_blocks[tile.group];
+                const uint32_t kb_offset = groups.k_block_offset[tile.group];
+                const TmaDescriptor* map_a = &groups.a[tile.group];
+                const TmaDescriptor* map_b = &groups.b[tile.group];
+                const auto m_idx = static_cast<int32_t>(tile.row_base);
+                const auto n_idx = static_cast<int32_t>(tile.n_block * BLOCK_N);
+                #pragma unroll 1
+                for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
+                    empty_barriers[stage].wait(phase ^ 1);
+                    const Barrier* bar = &full_barriers[stage];
+                    full_barriers[stage].arrive_and_expect_tx(kStageTxBytes);
+                    const auto k_idx = static_cast<int32_t>(k_block * kBlockK);
+                    uint8_t* dst_a = smem_a + stage * kSmemABytes;
+                    uint8_t* dst_b = smem_b + stage * kSmemBBytes;
+                    if constexpr (kNumMulticast > 1 and kMulticastOnA) {
+                        if (is_leader)
+                            tma_load_2d_multicast(map_a, bar, 0b11, dst_a, k_idx, m_idx, kCacheHint);
+                    } else {
+                        tma_load_2d(map_a, bar, dst_a, k_idx, m_idx, kCacheHint);
+                    }
+                    if constexpr (kNumMulticast > 1 and not kMulticastOnA) {
+                        if (is_leader)
+                            tma_load_2d_multicast(map_b, bar, 0b11, dst_b, k_idx, n_idx, kCacheHint);
+                    } else {
+                        tma_load_2d(map_b, bar, dst_b, k_idx, n_idx, kCacheHint);
+                    }
+                    const auto kb_row = static_cast<int32_t>(kb_offset + k_block);
+                    tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, m_idx, kb_row, kCacheHint);
+                    tma_load_2d(&tensor_map_sb, bar, smem_sb + stage * BLOCK_N, n_idx, kb_row, kCacheHint);
+                    advance_stage<kNumStages>(stage, phase);
+                }
+            }
+        }
+    } else {
+        // ================= Math warpgroups =================
+        warpgroup_reg_alloc<kNumMathThreads == 128 ? 248 : 232>();
+        const uint32_t math_wg = threadIdx.x / 128;
+        const uint32_t wg_thread = threadIdx.x % 128;
+        const uint32_t warp_row = (warp_idx % 4) * 16;  // the warp's first row inside the warpgroup's 64 rows
+        const uint32_t lane_row = lane_idx / 4;          // this thread's rows: lane_row and lane_row + 8
+        const uint32_t lane_col = (lane_idx % 4) * 2;    // and columns 8c + lane_col + {0, 1}
+        uint8_t* wg_smem_d = smem_d + math_wg * Epilogue::kSmemBytes;
+
+        float partial[kNumAccum];
+        float final_accum[kNumAccum];
+
+        // The stage's A/B/scales are consumed: let the producer(s) refill it (one arrival per warp per cluster CTA).
+        auto release = [&](uint32_t stage) {
+            if constexpr (kNumMulticast == 1) {
+                if (lane_idx == 0)
+                    empty_barriers[stage].arrive();
+            } else {
+                if (lane_idx < kNumMulticast)
+                    empty_barriers[stage].arrive_cluster(lane_idx);
+            }
+        };
+        // final += partial * SA(row) * SB(column), for the 8-column chunk c with column scales (sb0, sb1).
+        auto promote_chunk = [&](uint32_t c, float sa_lo, float sa_hi, float sb0, float sb1) {
+            final_accum[c * 4 + 0] += partial[c * 4 + 0] * (sa_lo * sb0);
+            final_accum[c * 4 + 1] += partial[c * 4 + 1] * (sa_lo * sb1);
+            final_accum[c * 4 + 2] += partial[c * 4 + 2] * (sa_hi * sb0);
+            final_accum[c * 4 + 3] += partial[c * 4 + 3] * (sa_hi * sb1);
+        };
+
+        Scheduler scheduler(shape_m, nullptr, num_groups);
+        Tile tile;
+        uint32_t stage = 0, phase = 0;
+        while (scheduler.next(tile)) {
+            const uint32_t num_k_blocks = groups.num_k_blocks[tile.group];
+            if (num_k_blocks == 0)
+                continue;  // an empty group: D[g] stays as it is
+
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                final_accum[i] = 0;
+
+            #pragma unroll 1
+            for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
+                full_barriers[stage].wait(phase);
+                const uint8_t* tile_a = smem_a + stage * kSmemABytes + math_wg * WGMMA::M * kBlockK;
+                const uint8_t* tile_b = smem_b + stage * kSmemBBytes;
+                #pragma unroll
+                for (uint32_t i = 0; i < kNumAccum; ++i)
+                    wgmma_fence_operand(partial[i]);
+                wgmma_fence();
+                #pragma unroll
+                for (uint32_t k = 0; k < kBlockK / WGMMA::K; ++k)
+                    WGMMA::mma(make_kmajor_sw128_desc(tile_a + k * WGMMA::K),
+                               make_kmajor_sw128_desc(tile_b + k * WGMMA::K), partial, k > 0);
+                wgmma_commit_group();
+                #pragma unroll
+                for (uint32_t i = 0; i < kNumAccum; ++i)
+                    wgmma_fence_operand(partial[i]);
+
+                // Scales of this thread's rows and columns, read while the WGMMAs run.
+                const float* sa_stage = smem_sa + stage * BLOCK_M + math_wg * WGMMA::M + warp_row + lane_row;
+                const float* sb_stage = smem_sb + stage * BLOCK_N + lane_col;
+                const float sa_lo = ld_shared(sa_stage);
+                const float sa_hi = ld_shared(sa_stage + 8);
+                float sb[kPreloadSB ? BLOCK_N / 4 : 1];
+                if constexpr (kPreloadSB) {
+                    #pragma unroll
+                    for (uint32_t c = 0; c < BLOCK_N / 8; ++c)
+                        ld_shared_v2(sb_stage + c * 8, sb[c * 2], sb[c * 2 + 1]);
+                }
+                wgmma_wait_group<0>();
+                #pragma unroll
+                for (uint32_t i = 0; i < kNumAccum; ++i)
+                    wgmma_fence_operand(partial[i]);
+                if constexpr (kPreloadSB)
+                    release(stage);
+                #pragma unroll
+                for (uint32_t c = 0; c < BLOCK_N / 8; ++c) {
+                    if constexpr (kPreloadSB) {
+                        promote_chunk(c, sa_lo, sa_hi, sb[c * 2], sb[c * 2 + 1]);
+                    } else {
+                        float sb0, sb1;
+                        ld_shared_v2(sb_stage + c * 8, sb0, sb1);
+                        promote_chunk(c, sa_lo, sa_hi, sb0, sb1);
+                    }
+                }
+                if constexpr (not kPreloadSB)
+                    release(stage);
+                advance_stage<kNumStages>(stage, phase);
+            }
+
+            // ---- Epilogue (per warpgroup): FP32 tile -> swizzled smem -> TMA reduce-add into D ----
+            const bool is_wg_leader = wg_thread == 0;
+            // The warpgroup's previous reduce must have read its smem tile before it is overwritten.
+            if (is_wg_leader)
+                tma_store_wait<0>();
+            named_barrier_sync<128>(2 + math_wg);
+            Epilogue::write_warp(wg_smem_d, final_accum, warp_row, lane_idx);
+            fence_proxy_async_shared();
+            named_barrier_sync<128>(2 + math_wg);
+            if (is_wg_leader) {
+                Epilogue::reduce_rows(&tensor_map_d, wg_smem_d, tile.group, tile.row_base + math_wg * WGMMA::M,
+                                      tile.n_block * BLOCK_N);
+                tma_store_commit();
+            }
+        }
+        if (wg_thread == 0)
+            tma_store_wait<0>();
+    }
+
+    // NOTES: a CTA must outlive every remote barrier arrival and multicast write its cluster peer still sends.
+    if constexpr (kNumMulticast > 1)
+        cluster_sync();
+#endif
+}
+
+}  // namespace deep_gemm::sm90
