@@ -1,7 +1,7 @@
 """Benchmark the GEMMs against cuBLAS blockwise (torch._scaled_mm) on the same inputs, in the same run.
 
 Suites (--suite, default all): dense (gemm_fp8_fp8_bf16_nt, plus host overhead and compile time), contiguous and
-masked (the MoE grouped GEMMs).
+masked (the MoE grouped GEMMs), wgrad and k_grouped (weight gradients, FP32 accumulate).
 Method (../shared/ANCHORS.md): randn inputs quantised 1x128 (LHS) / 128x128 (RHS); kernel time from the torch
 profiler, every call preceded by an 8 GB memset (L2 flush + cool-down); mean of --num-tests calls.
 TFLOPS = 2mnk / t; GB/s = (mk + nk + 2mn) / t. cuBLAS blockwise is skipped (n/a) when k % 128 != 0, where it
@@ -10,6 +10,11 @@ Grouped: TFLOPS count valid rows only (m = rows of all experts without padding /
 every expert's weights once (G·n·k) plus valid rows of A and out. There is no grouped cuBLAS: the cuBLAS column is
 a dense _scaled_mm with the same m (valid rows), n and k, run on the same GPU in the same run, as a drift anchor;
 the DG column is DeepGEMM's best figure from ANCHORS.md (not measured here).
+Weight gradients: 1x128 scales on both operands (passed in the transposed, TMA-ready form), out FP32 randn and
+accumulated; GB/s = (mk + nk + 8mn) / t (out read and written in FP32). cuBLAS: _scaled_mm with 1x128 x 1x128 scales
+and no accumulate input, same run. k-grouped: k_i = base + U(-spread, spread) in steps of 16; TFLOPS = 2mn·sum(k_i)/t;
+also the wall time per call (CUDA events over 20 back-to-back calls, host launch included) of the one-launch call and
+of a Python loop of one dense call per group (DeepGEMM's k-grouped implementation).
 """
 import argparse
 import json
@@ -191,6 +196,138 @@ def run_grouped_suites(suites, num_tests):
     return rows
 
 
+# ---------------------------------------------------------------- weight gradients (FP32 accumulate)
+
+WGRAD_MN = [(7168, 2112), (1536, 24576), (512, 32768), (16384, 7168), (7168, 4096), (2048, 7168)]
+# DeepGEMM's best TFLOPS in ANCHORS.md (DG-May or DG-v2), keyed by (m, n, k).
+DG_WGRAD = {(7168, 2112, 4096): 955, (16384, 7168, 4096): 1010, (1536, 24576, 8192): 1066}
+# DG-May k-grouped wgrad (one launch per group): 926-1024 TFLOPS over 4-8 groups at these (m, n).
+DG_K_GROUPED = (926, 1024)
+
+
+def _wgrad_operand(rows, k):
+    """(e4m3 [rows, k], transposed TMA-ready scales [ceil(k/128), rows], scales [rows, ceil(k/128)])."""
+    x8, s = deep_gemm.per_token_cast_to_fp8(torch.randn((rows, k), device="cuda", dtype=torch.bfloat16))
+    return x8, s.t().contiguous(), s
+
+
+def cublas_wgrad_fn(a8, sa, b8, sb):
+    """cuBLAS blockwise with 1x128 scales on both operands (no accumulate input), or None where this stack has
+    no such recipe; the convention is checked against a dequantised reference before use."""
+    if not hasattr(torch, "_scaled_mm"):
+        return None
+    ref = (dequant_per_token(a8[:256], sa[:256]) @ dequant_per_token(b8[:256], sb[:256]).t())
+    sa_cm = sa.t().contiguous().t()
+    for scale_b in (sb.t(), sb.t().contiguous(), sb.contiguous().t().contiguous().t()):
+        def fn(scale_b=scale_b):
+            return torch._scaled_mm(a8, b8.t(), scale_a=sa_cm, scale_b=scale_b, out_dtype=torch.float32)
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+        except Exception:
+            continue
+        if calc_diff(out[:256, :256], ref) < 1e-4:
+            return fn
+    print("  cuBLAS 1x128 x 1x128 blockwise unavailable on this stack", file=sys.stderr)
+    return None
+
+
+def bench_wgrad(m, n, k, num_tests):
+    a8, sa_t, sa = _wgrad_operand(m, k)
+    b8, sb_t, sb = _wgrad_operand(n, k)
+    out = torch.randn((m, n), device="cuda")
+    initial = out.clone()
+
+    def ours():
+        deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt((a8, sa_t), (b8, sb_t), out)
+    ours()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    diff = calc_diff(out - initial, dequant_per_token(a8, sa) @ dequant_per_token(b8, sb).t())
+    t = bench_kineto(ours, "fp8_wgrad_1d1d", num_tests=num_tests)
+    row = dict(kind="wgrad", m=m, n=n, k=k, us=t * 1e6, tflops=2 * m * n * k / t / 1e12,
+               gbps=(m * k + n * k + 8 * m * n) / t / 1e9, diff=diff, cublas_tflops=None,
+               dg_tflops=DG_WGRAD.get((m, n, k)))
+    fn = cublas_wgrad_fn(a8, sa, b8, sb) if k % 128 == 0 else None
+    if fn is not None:
+        row["cublas_tflops"] = 2 * m * n * k / bench_kineto(fn, None, num_tests=num_tests) / 1e12
+    return row
+
+
+def k_grouped_sizes(num_groups, base, spread, seed):
+    rng = random.Random(seed)
+    return [base + rng.randint(-spread // 16, spread // 16) * 16 for _ in range(num_groups)]
+
+
+def bench_k_grouped(num_groups, m, n, base, num_tests, spread=128):
+    ks = k_grouped_sizes(num_groups, base, spread, seed=num_groups * base + m + n)
+    parts = [(_wgrad_operand(m, k), _wgrad_operand(n, k)) for k in ks]
+    a_flat = torch.cat([p[0][0].view(-1) for p in parts])
+    b_flat = torch.cat([p[1][0].view(-1) for p in parts])
+    sa_t = torch.cat([p[0][1] for p in parts])
+    sb_t = torch.cat([p[1][1] for p in parts])
+    out = torch.randn((num_groups, m, n), device="cuda")
+    initial = out.clone()
+
+    def ours():
+        deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a_flat, sa_t), (b_flat, sb_t), out, ks)
+
+    def per_group_loop():  # what DeepGEMM does: one dense launch per group, from Python
+        for g, ((a8, sa_g, _), (b8, sb_g, _)) in enumerate(parts):
+            deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt((a8, sa_g), (b8, sb_g), out[g])
+    ours()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    (a8, _, sa), (b8, _, sb) = parts[-1]
+    diff = calc_diff(out[-1] - initial[-1], dequant_per_token(a8, sa) @ dequant_per_token(b8, sb).t())
+    flops = 2 * m * n * sum(ks)
+    t = bench_kineto(ours, "fp8_wgrad_1d1d", num_tests=num_tests)
+    # End-to-end time per call (host launch included, no flush), one launch vs a Python loop of dense launches.
+    wall = {name: _wall_time(fn) for name, fn in (("one_launch", ours), ("per_group_loop", per_group_loop))}
+    return dict(kind="k_grouped", groups=num_groups, m=m, n=n, k=base, ks=ks, us=t * 1e6, tflops=flops / t / 1e12,
+                gbps=(sum(ks) * (m + n) + 8 * num_groups * m * n) / t / 1e9, diff=diff,
+                wall_us_one_launch=wall["one_launch"] * 1e6, wall_us_per_group_loop=wall["per_group_loop"] * 1e6)
+
+
+def _wall_time(fn, iters=20):
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
+
+
+def run_wgrad_suites(suites, num_tests):
+    rows = []
+    if "wgrad" in suites:
+        print(f"{'wgrad m':>8} {'n':>6} {'k':>5} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | {'cuBLAS':>7} {'ratio':>6} | "
+              f"{'DG':>5} {'xDG':>5} | diff")
+        for m, n in WGRAD_MN:
+            for k in (4096, 8192):
+                r = bench_wgrad(m, n, k, num_tests)
+                rows.append(r)
+                cb = f"{r['cublas_tflops']:7.0f} {r['tflops'] / r['cublas_tflops']:5.2f}x" if r["cublas_tflops"] \
+                    else f"{'n/a':>7} {'n/a':>6}"
+                dg = f"{r['dg_tflops']:5.0f} {r['tflops'] / r['dg_tflops']:4.2f}x" if r["dg_tflops"] else \
+                    f"{'-':>5} {'-':>5}"
+                print(f"{m:>8} {n:>6} {k:>5} | {r['us']:8.1f} {r['tflops']:7.0f} {r['gbps']:6.0f} | {cb} | {dg} | "
+                      f"{r['diff']:.1e}", flush=True)
+    if "k_grouped" in suites:
+        print(f"{'k-grouped G':>11} {'m':>5} {'n':>5} {'k_i':>9} | {'us':>8} {'TFLOPS':>7} | x DG-May {DG_K_GROUPED} | "
+              f"wall us: one launch / per-group loop | diff")
+        cases = [(g, m, n, base, 128) for g in (4, 8) for m, n in [(7168, 4096), (2048, 7168)] for base in (4096, 8192)]
+        cases += [(g, m, n, 512, 256) for g in (16, 64) for m, n in [(7168, 4096), (2048, 7168)]]
+        for g, m, n, base, spread in cases:
+            r = bench_k_grouped(g, m, n, base, num_tests, spread)
+            rows.append(r)
+            print(f"{g:>11} {m:>5} {n:>5} {f'{base}+-{spread}':>9} | {r['us']:8.1f} {r['tflops']:7.0f} | "
+                  f"{r['tflops'] / DG_K_GROUPED[1]:4.2f}-{r['tflops'] / DG_K_GROUPED[0]:4.2f}x | "
+                  f"{r['wall_us_one_launch']:8.1f} / {r['wall_us_per_group_loop']:8.1f} | {r['diff']:.1e}", flush=True)
+    return rows
+
+
 def select_path(name: str) -> bool:
     """Route calls through one launch path (see deep_gemm.ops.gemm); False when it is not available."""
     from deep_gemm.ops import gemm as gemm_mod
@@ -271,14 +408,17 @@ def compile_times():
     return secs0, total1
 
 
+SUITES = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", help="save the rows to this path")
     parser.add_argument("--num-tests", type=int, default=30)
     parser.add_argument("--shapes", nargs="*", help="MxNxK shapes instead of the default dense suite")
     parser.add_argument("--skip-host", action="store_true", help="skip host-overhead and compile-time rows")
-    parser.add_argument("--suite", nargs="*", default=["dense", "contiguous", "masked"],
-                        choices=["dense", "contiguous", "masked"], help="which suites to run (default: all)")
+    parser.add_argument("--suite", nargs="*", default=list(SUITES), choices=SUITES,
+                        help="which suites to run (default: all)")
     args = parser.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else dense_shapes()
     print(f"deep_gemm {deep_gemm.__version__} | torch {torch.__version__} | {torch.cuda.get_device_name()} | "
@@ -299,6 +439,7 @@ def main():
             print(f"geomean speedup over cuBLAS blockwise ({len(ratios)} shapes with k % 128 == 0): {geo:.3f}x")
     if "contiguous" in args.suite or "masked" in args.suite:
         grouped = run_grouped_suites(args.suite, args.num_tests)
+    wgrad = run_wgrad_suites(args.suite, args.num_tests) if {"wgrad", "k_grouped"} & set(args.suite) else []
     if "dense" in args.suite and not args.skip_host:
         start = time.perf_counter()
         select_path("torch_ext")
@@ -312,7 +453,7 @@ def main():
         print(f"NVRTC cold compile of one kernel: {cold:.2f} s; disk-cache hit in a fresh process: {hit * 1e3:.1f} ms")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, grouped=grouped, summary=summary, device=torch.cuda.get_device_name(),
+            json.dump(dict(rows=rows, grouped=grouped, wgrad=wgrad, summary=summary, device=torch.cuda.get_device_name(),
                            torch=torch.__version__), f, indent=1)
 
 

@@ -34,7 +34,8 @@ def swizzle_d_bytes(block_n: int) -> int:
 def wgrad_smem_size(block_m: int, block_n: int, num_stages: int) -> int:
     """Mirror of `fp8_wgrad_smem_size` in include/deep_gemm/sm90/fp8_wgrad_1d1d.cuh (the kernel asserts equality)."""
     d = align(block_m * block_n * 4, 1024)
-    stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4 + block_n * 4
+    # Scale vectors are padded to 128 bytes per stage (TMA destination alignment).
+    stage = block_m * BLOCK_K + block_n * BLOCK_K + align(block_m * 4, 128) + align(block_n * 4, 128)
     return d + num_stages * stage + num_stages * 2 * 8
 
 

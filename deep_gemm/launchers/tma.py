@@ -18,12 +18,23 @@ def make_2d_tma(ptr: int, element_size: int, inner: int, outer: int, outer_strid
 
     Out-of-bounds elements of a box read as zero and are not written by stores.
     """
+    return _encode(ptr, element_size, (inner, outer), (outer_stride_elems,), (box_inner, box_outer), swizzle_bytes,
+                   l2_promotion_256)
+
+
+def make_3d_tma(ptr: int, element_size: int, dims: Tuple[int, int, int], strides_elems: Tuple[int, int],
+                box: Tuple[int, int, int], swizzle_bytes: int, l2_promotion_256: bool = True):
+    """A 3-D tiled tensor map: dims innermost first, strides (elements) of the two outer dimensions."""
+    return _encode(ptr, element_size, dims, strides_elems, box, swizzle_bytes, l2_promotion_256)
+
+
+def _encode(ptr: int, element_size: int, dims, strides_elems, box, swizzle_bytes: int, l2_promotion_256: bool):
     e = _enums()
     cu = e["cu"]
     err, tensor_map = cu.cuTensorMapEncodeTiled(
-        e["dtype"][element_size], 2, ptr, [cu.cuuint64_t(inner), cu.cuuint64_t(outer)],
-        [cu.cuuint64_t(outer_stride_elems * element_size)], [cu.cuuint32_t(box_inner), cu.cuuint32_t(box_outer)],
-        e["ones"], e["interleave"], e["swizzle"][swizzle_bytes], e["promo"][l2_promotion_256], e["oob"])
+        e["dtype"][element_size], len(dims), ptr, [cu.cuuint64_t(d) for d in dims],
+        [cu.cuuint64_t(s * element_size) for s in strides_elems], [cu.cuuint32_t(b) for b in box],
+        e["ones"][:len(dims)], e["interleave"], e["swizzle"][swizzle_bytes], e["promo"][l2_promotion_256], e["oob"])
     if err != e["success"]:
         check((err,))
     return tensor_map
@@ -79,7 +90,7 @@ def _enums() -> dict:
                False: cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE},
         interleave=cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         oob=cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        ones=[cu.cuuint32_t(1), cu.cuuint32_t(1)])
+        ones=[cu.cuuint32_t(1)] * 3)
 
 
 def tma_row_stride(t: torch.Tensor) -> int:

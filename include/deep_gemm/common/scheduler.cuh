@@ -11,8 +11,10 @@ namespace deep_gemm {
 //                        first row (the host keeps BLOCK_M <= the 128-row segment alignment).
 //  - MGroupedMasked    : A/D [num_groups * shape_m, *] (shape_m = m_max rows per group); `grouped_layout` =
 //                        masked_m [num_groups], the rows of each group that are computed.
-// B is [num_groups * SHAPE_N, K] for both grouped types.
-enum class GemmType : uint32_t { Normal = 0, MGroupedContiguous = 1, MGroupedMasked = 2 };
+//  - KGrouped          : num_groups independent [shape_m, SHAPE_N] outputs of the same shape (weight gradients of
+//                        MoE experts, each with its own K); tiles are numbered group after group.
+// B is [num_groups * SHAPE_N, K] for both M-grouped types.
+enum class GemmType : uint32_t { Normal = 0, MGroupedContiguous = 1, MGroupedMasked = 2, KGrouped = 3 };
 
 // One output tile, as the producer and the math warpgroups see it.
 struct Tile {
@@ -34,19 +36,19 @@ struct Tile {
 // kFastAlongN = true : tiles t and t + 1 share an M block (needed for TMA multicast of A inside a 2-CTA cluster);
 // kFastAlongN = false: tiles t and t + 1 share an N block (multicast of B; Normal only).
 // NOTES: a pair (2i, 2i + 1) never straddles a row of its group as long as kGroupSize is even and the fast
-// dimension's block count is even; the host only picks multicast when that holds. With kFastAlongN and an even
-// N block count every expert of a masked launch has an even tile count, so pairs never straddle experts either.
+// dimension's block count is even; the host only picks multicast when that holds. Every expert of a masked or
+// k-grouped launch then has an even tile count, so pairs never straddle experts either.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
           uint32_t kGroupSize = 16>
 struct TileScheduler {
     DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
-    DG_STATIC_ASSERT(kType == GemmType::Normal or kFastAlongN,
-                     "grouped GEMMs multicast only A: the two CTAs of a pair must share one expert");
+    DG_STATIC_ASSERT(kType == GemmType::Normal or kType == GemmType::KGrouped or kFastAlongN,
+                     "M-grouped GEMMs multicast only A: the two CTAs of a pair must share one expert");
     static constexpr uint32_t kNumNBlocks = ceil_div(SHAPE_N, BLOCK_N);
 
     uint32_t shape_m;
     uint32_t num_m_blocks;  // masked: of the current group
-    uint32_t num_tiles;     // masked: of the current group
+    uint32_t num_tiles;     // masked: of the current group; k-grouped: of one group
     uint32_t next_tile;
     // Grouped launches only.
     const int32_t* grouped_layout;
@@ -104,6 +106,14 @@ struct TileScheduler {
             tile.group = group;
             tile.row_base = group * shape_m + tile.m_block * BLOCK_M;
             tile.valid_rows = min(group_rows - tile.m_block * BLOCK_M, BLOCK_M);
+            tile.skip = false;
+        } else if constexpr (kType == GemmType::KGrouped) {
+            if (next_tile >= num_tiles * num_groups)
+                return false;
+            tile.group = next_tile / num_tiles;
+            map_tile(next_tile - tile.group * num_tiles, tile.m_block, tile.n_block);
+            tile.row_base = tile.m_block * BLOCK_M;
+            tile.valid_rows = BLOCK_M;
             tile.skip = false;
         } else {
             if (next_tile >= num_tiles)

@@ -50,6 +50,14 @@ __device__ __forceinline__ float ld_shared(const float* ptr) {
     return v;
 }
 
+__device__ __forceinline__ void ld_shared_v2(const float* ptr, float& x, float& y) {
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(smem_u32(ptr)));
+}
+
+__device__ __forceinline__ void st_shared_v2(void* ptr, float x, float y) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_u32(ptr)), "f"(x), "f"(y));
+}
+
 // Warp-specialised register budgets: the calling warpgroup lowers (dealloc) or raises (alloc) its per-thread
 // register limit to kNumRegs. All warps of the warpgroup must execute the same call.
 template <uint32_t kNumRegs>

@@ -5,6 +5,17 @@
 
 namespace deep_gemm::sm90 {
 
+// Byte offset of byte `col_bytes` of row `row` in a shared-memory tile made of column atoms, each [rows][kRowBytes]
+// and kAtomBytes long, whose 16-byte chunks are XOR-swizzled as TMA's kSwizzleBytes mode expects (0 = none).
+template <uint32_t kRowBytes, uint32_t kSwizzleBytes, uint32_t kAtomBytes>
+__device__ __forceinline__ uint32_t swizzled_offset(uint32_t row, uint32_t col_bytes) {
+    const uint32_t atom = col_bytes / kRowBytes;
+    uint32_t offset = row * kRowBytes + col_bytes % kRowBytes;
+    if constexpr (kSwizzleBytes > 0)
+        offset ^= ((offset >> 7) & (kSwizzleBytes / 16 - 1)) << 4;
+    return atom * kAtomBytes + offset;
+}
+
 // BF16 epilogue: FP32 accumulators -> BF16 -> stmatrix into a swizzled shared-memory D tile -> TMA store.
 //
 // Shared-memory D tile for kSwizzleBytes = S > 0: BLOCK_N * 2 / S column "atoms", each [BLOCK_M rows][S bytes],
@@ -26,12 +37,7 @@ struct BF16Epilogue {
 
     // Byte offset of the 16-byte chunk `chunk` (8 columns) of tile row `row`.
     __device__ __forceinline__ static uint32_t chunk_offset(uint32_t row, uint32_t chunk) {
-        const uint32_t col_bytes = chunk * 16;
-        const uint32_t atom = col_bytes / kRowBytes;
-        uint32_t offset = row * kRowBytes + col_bytes % kRowBytes;
-        if constexpr (kSwizzleBytes > 0)
-            offset ^= ((offset >> 7) & (kSwizzleBytes / 16 - 1)) << 4;
-        return atom * kAtomBytes + offset;
+        return swizzled_offset<kRowBytes, kSwizzleBytes, kAtomBytes>(row, chunk * 16);
     }
 
     // Write one warp's 16 x BLOCK_N slice of a 64-row WGMMA accumulator; `row0` = the warp's first tile row.
@@ -80,6 +86,45 @@ struct BF16Epilogue {
                 const uint64_t offset = (static_cast<uint64_t>(m_start + row) * row_stride + col) * 2;
                 copy_16b_shared_to_global(d + offset, smem_d + chunk_offset(row, chunk));
             }
+        }
+    }
+};
+
+// FP32 accumulate epilogue: one 64-row WGMMA accumulator -> a swizzled shared-memory tile of kSwizzleBytes-wide
+// column atoms ([64 rows][S bytes] each, S / 4 floats) -> TMA reduce-add into D (3-D map [groups, m, n], box
+// S / 4 x 64 x 1), so that every element of D is read and written once, in L2, with one FP32 add.
+template <uint32_t BLOCK_N, uint32_t kSwizzleBytes>
+struct FP32AccumulateEpilogue {
+    DG_STATIC_ASSERT(kSwizzleBytes == 32 or kSwizzleBytes == 64 or kSwizzleBytes == 128,
+                     "FP32 D swizzle must be 32, 64 or 128 bytes");
+    DG_STATIC_ASSERT((BLOCK_N * 4) % kSwizzleBytes == 0, "the D swizzle width must divide one FP32 row of the tile");
+    static constexpr uint32_t kNumAtoms = BLOCK_N * 4 / kSwizzleBytes;
+    static constexpr uint32_t kAtomBytes = 64 * kSwizzleBytes;
+    static constexpr uint32_t kSmemBytes = 64 * BLOCK_N * 4;  // per 64-row accumulator
+
+    // Write one warp's 16 x BLOCK_N slice (accumulator layout as in BF16Epilogue); `row0` = its first row.
+    __device__ __forceinline__ static void write_warp(uint8_t* smem_d, const float* acc, uint32_t row0,
+                                                      uint32_t lane) {
+        const uint32_t row = row0 + lane / 4;
+        #pragma unroll
+        for (uint32_t c = 0; c < BLOCK_N / 8; ++c) {
+            const uint32_t col_bytes = (c * 8 + (lane % 4) * 2) * 4;
+            st_shared_v2(smem_d + swizzled_offset<kSwizzleBytes, kSwizzleBytes, kAtomBytes>(row, col_bytes),
+                         acc[c * 4 + 0], acc[c * 4 + 1]);
+            st_shared_v2(smem_d + swizzled_offset<kSwizzleBytes, kSwizzleBytes, kAtomBytes>(row + 8, col_bytes),
+                         acc[c * 4 + 2], acc[c * 4 + 3]);
+        }
+    }
+
+    // Add the 64-row tile into D at (group, m_start, n_start) (one thread; the caller fenced and synchronised the
+    // writers, and commits the bulk group).
+    __device__ __forceinline__ static void reduce_rows(const TmaDescriptor* tensor_map_d, const uint8_t* smem_d,
+                                                       uint32_t group, uint32_t m_start, uint32_t n_start) {
+        #pragma unroll
+        for (uint32_t atom = 0; atom < kNumAtoms; ++atom) {
+            tma_reduce_add_3d(tensor_map_d, smem_d + atom * kAtomBytes,
+                              static_cast<int32_t>(n_start + atom * kSwizzleBytes / 4), static_cast<int32_t>(m_start),
+                              static_cast<int32_t>(group));
         }
     }
 };

@@ -13,16 +13,13 @@
 #include <deep_gemm/common/utils.cuh>
 #include <deep_gemm/sm90/epilogue.cuh>
 #include <deep_gemm/sm90/mma.cuh>
+#include <deep_gemm/sm90/pipeline.cuh>
 
 #if defined(__CUDA_ARCH__) and not defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "deep_gemm: the sm90 kernels need the arch-specific target sm_90a (plain sm_90 has no WGMMA/setmaxnreg)"
 #endif
 
 namespace deep_gemm::sm90 {
-
-constexpr uint32_t kBlockK = 128;             // = the scale granularity along K
-constexpr uint32_t kNumProducerThreads = 128;  // one warpgroup; one elected thread issues every TMA
-constexpr uint32_t kSmemBudget = 232448;       // opt-in shared memory per block on H100/H200
 
 template <uint32_t BLOCK_M>
 constexpr uint32_t fp8_gemm_num_math_threads() {
@@ -47,13 +44,6 @@ constexpr uint32_t fp8_gemm_smem_size() {
         fp8_gemm_num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4,
         8);
     return d + kNumStages * stage + sb + kNumStages * 2 * 8;
-}
-
-// Next pipeline slot: the phase bit flips each time the stage index wraps around.
-template <uint32_t kNumStages>
-__device__ __forceinline__ void advance_stage(uint32_t& stage, uint32_t& phase) {
-    stage = stage + 1 == kNumStages ? 0 : stage + 1;
-    phase ^= stage == 0;
 }
 
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],

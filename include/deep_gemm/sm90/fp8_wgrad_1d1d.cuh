@@ -37,11 +37,18 @@ constexpr uint32_t fp8_wgrad_num_math_threads() {
     return BLOCK_M == 64 ? 128 : 256;
 }
 
+// Bytes of one stage's scale vector of `kRows` floats: a TMA destination must be 128-byte aligned.
+template <uint32_t kRows>
+constexpr uint32_t fp8_wgrad_scale_stage_bytes() {
+    return align_up<uint32_t>(kRows * 4, 128);
+}
+
 // Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_wgrad.py), asserted below.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
 constexpr uint32_t fp8_wgrad_smem_size() {
     constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 4, 1024);
-    constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4 + BLOCK_N * 4;
+    constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + fp8_wgrad_scale_stage_bytes<BLOCK_M>() +
+                               fp8_wgrad_scale_stage_bytes<BLOCK_N>();
     return d + kNumStages * stage + kNumStages * 2 * 8;
 }
 
@@ -77,6 +84,8 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
     constexpr uint32_t kSmemABytes = BLOCK_M * kBlockK;  // [BLOCK_M, 128] e4m3, 128B-swizzled
     constexpr uint32_t kSmemBBytes = BLOCK_N * kBlockK;  // [BLOCK_N, 128] e4m3, 128B-swizzled
     constexpr uint32_t kStageTxBytes = kSmemABytes + kSmemBBytes + BLOCK_M * 4 + BLOCK_N * 4;
+    constexpr uint32_t kSmemSAStride = fp8_wgrad_scale_stage_bytes<BLOCK_M>() / 4;  // floats per stage
+    constexpr uint32_t kSmemSBStride = fp8_wgrad_scale_stage_bytes<BLOCK_N>() / 4;
     constexpr uint32_t kSmemDBytes = align_up<uint32_t>(BLOCK_M * BLOCK_N * 4, 1024);
     DG_STATIC_ASSERT(kSmemSize == (fp8_wgrad_smem_size<BLOCK_M, BLOCK_N, kNumStages>()),
                      "host and device disagree on the shared-memory size");
@@ -87,9 +96,9 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
     uint8_t* smem_d = smem;                                                         // [math WGs][64, BLOCK_N] fp32
     uint8_t* smem_a = smem + kSmemDBytes;                                           // [stages][BLOCK_M, 128]
     uint8_t* smem_b = smem_a + kNumStages * kSmemABytes;                            // [stages][BLOCK_N, 128]
-    float* smem_sa = reinterpret_cast<float*>(smem_b + kNumStages * kSmemBBytes);  // [stages][BLOCK_M]
-    float* smem_sb = smem_sa + kNumStages * BLOCK_M;                                // [stages][BLOCK_N]
-    Barrier* full_barriers = reinterpret_cast<Barrier*>(smem_sb + kNumStages * BLOCK_N);  // [stages]
+    float* smem_sa = reinterpret_cast<float*>(smem_b + kNumStages * kSmemBBytes);  // [stages][BLOCK_M (+pad)]
+    float* smem_sb = smem_sa + kNumStages * kSmemSAStride;                          // [stages][BLOCK_N (+pad)]
+    Barrier* full_barriers = reinterpret_cast<Barrier*>(smem_sb + kNumStages * kSmemSBStride);  // [stages]
     Barrier* empty_barriers = full_barriers + kNumStages;                                 // [stages]
 
     const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
@@ -156,8 +165,8 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                         tma_load_2d(map_b, bar, dst_b, k_idx, n_idx, kCacheHint);
                     }
                     const auto kb_row = static_cast<int32_t>(kb_offset + k_block);
-                    tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, m_idx, kb_row, kCacheHint);
-                    tma_load_2d(&tensor_map_sb, bar, smem_sb + stage * BLOCK_N, n_idx, kb_row, kCacheHint);
+                    tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * kSmemSAStride, m_idx, kb_row, kCacheHint);
+                    tma_load_2d(&tensor_map_sb, bar, smem_sb + stage * kSmemSBStride, n_idx, kb_row, kCacheHint);
                     advance_stage<kNumStages>(stage, phase);
                 }
             }
@@ -224,8 +233,8 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                     wgmma_fence_operand(partial[i]);
 
                 // Scales of this thread's rows and columns, read while the WGMMAs run.
-                const float* sa_stage = smem_sa + stage * BLOCK_M + math_wg * WGMMA::M + warp_row + lane_row;
-                const float* sb_stage = smem_sb + stage * BLOCK_N + lane_col;
+                const float* sa_stage = smem_sa + stage * kSmemSAStride + math_wg * WGMMA::M + warp_row + lane_row;
+                const float* sb_stage = smem_sb + stage * kSmemSBStride + lane_col;
                 const float sa_lo = ld_shared(sa_stage);
                 const float sa_hi = ld_shared(sa_stage + 8);
                 float sb[kPreloadSB ? BLOCK_N / 4 : 1];
