@@ -33,11 +33,19 @@ __device__ __forceinline__ void static_for(F&& f) {
 }
 
 // Synchronise `kNumThreads` threads (whole warps) on hardware named barrier `barrier_id`.
-// NOTES: id 0 is `__syncthreads`; callers own ids 1..15 (the sm90 GEMM uses 2 + math warpgroup index).
+// NOTES: id 0 is `__syncthreads`; callers own ids 1..15 (the sm90 GEMMs use 2 + math warpgroup index for the
+// epilogues, the wgrad kernel 4 and 5 to order its warpgroups' WGMMA issue).
 template <uint32_t kNumThreads>
 __device__ __forceinline__ void named_barrier_sync(uint32_t barrier_id) {
     DG_STATIC_ASSERT(kNumThreads % 32 == 0, "named barriers count whole warps");
     asm volatile("bar.sync %0, %1;" :: "r"(barrier_id), "n"(kNumThreads) : "memory");
+}
+
+// Arrive on named barrier `barrier_id` without waiting (the waiters use `named_barrier_sync` with the same count).
+template <uint32_t kNumThreads>
+__device__ __forceinline__ void named_barrier_arrive(uint32_t barrier_id) {
+    DG_STATIC_ASSERT(kNumThreads % 32 == 0, "named barriers count whole warps");
+    asm volatile("bar.arrive %0, %1;" :: "r"(barrier_id), "n"(kNumThreads) : "memory");
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
