@@ -7,7 +7,7 @@ from .common import GemmConfig, align, ceil_div, min_sms_for_waves, num_waves
 from .sm90 import BLOCK_K, FP8_FLOPS_PER_CLK, SMEM_BUDGET, SMEM_BYTES_PER_CLK, num_math_threads
 
 MAX_STAGES = 8
-BLOCK_MS = (64, 128)
+BLOCK_MS = (64, 128, 256)
 # NOTES: wider tiles spill registers (ptxas: 32+ bytes from 224 on), see tests/jit/test_compile_wgrad.py.
 BLOCK_NS = tuple(range(16, 209, 16))
 # Groups one launch carries: the per-group operands (two tensor maps and two integers each, 264 bytes) are kernel
@@ -33,7 +33,7 @@ def swizzle_d_bytes(block_n: int) -> int:
 
 def wgrad_smem_size(block_m: int, block_n: int, num_stages: int) -> int:
     """Mirror of `fp8_wgrad_smem_size` in include/deep_gemm/sm90/fp8_wgrad_1d1d.cuh (the kernel asserts equality)."""
-    d = align(block_m * block_n * 4, 1024)
+    d = align(num_math_threads(block_m) // 128 * 64 * block_n * 4, 1024)  # one 64-row FP32 tile per warpgroup
     # Scale vectors are padded to 128 bytes per stage (TMA destination alignment).
     stage = block_m * BLOCK_K + block_n * BLOCK_K + align(block_m * 4, 128) + align(block_n * 4, 128)
     return d + num_stages * stage + num_stages * 2 * 8
@@ -43,14 +43,31 @@ def max_stages(block_m: int, block_n: int) -> int:
     return next((s for s in range(MAX_STAGES, 0, -1) if wgrad_smem_size(block_m, block_n, s) <= SMEM_BUDGET), 0)
 
 
+def preloads_column_scales(block_m: int, block_n: int) -> bool:
+    """Mirror of the kernel's kPreloadSB: a K block's column scales are read once and kept in registers for all
+    64-row sub-tiles of the warpgroup (else once per sub-tile)."""
+    sub_tiles = block_m // (64 * (num_math_threads(block_m) // 128))
+    accum = block_n // 2
+    return (sub_tiles + 1) * accum + accum // 2 <= 200
+
+
+def legal_block(block_m: int, block_n: int) -> bool:
+    # 256-row tiles keep two final accumulators per thread: wider than 144 columns they spill (ptxas).
+    return block_m < 256 or block_n <= 144
+
+
 def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
     """Modelled SM cycles per 128-wide K block of one tile: the larger of tensor-core time, shared-memory traffic
-    (TMA writes of A, B and scales plus WGMMA reads) and the promotion (two FP32 operations per accumulator, on
-    128 lanes per clock), divided by the pipeline's modelled efficiency."""
+    (TMA writes of A, B and scales, WGMMA reads, and the promotion's scale reads: every warp reads all BLOCK_N
+    column scales, 8 per shared-memory wavefront) and the promotion (two FP32 operations per accumulator, on 128
+    lanes per clock), divided by the pipeline's modelled efficiency."""
     mma = 2 * block_m * block_n * BLOCK_K / FP8_FLOPS_PER_CLK
+    warps = num_math_threads(block_m) // 32
+    reads = 1 if preloads_column_scales(block_m, block_n) else block_m // (64 * warps // 4)
+    scale_wavefronts = warps * (block_n // 8) * reads
     smem = ((block_m + block_n) * BLOCK_K + (block_m // 64) * (64 + block_n) * BLOCK_K) / SMEM_BYTES_PER_CLK
     promotion = 2 * block_m * block_n / 128
-    return max(mma, smem, promotion) / _STAGE_EFFICIENCY.get(stages, 1.0)
+    return max(mma, smem + scale_wavefronts, promotion) / _STAGE_EFFICIENCY.get(stages, 1.0)
 
 
 def _pick_blocks(m: int, n: int, groups: int, sms: int) -> Tuple[int, int]:
@@ -60,6 +77,8 @@ def _pick_blocks(m: int, n: int, groups: int, sms: int) -> Tuple[int, int]:
         if bm == 64 and m > 64 and ceil_div(m, 128) * 128 - m < 64:
             continue  # 128-row tiles waste under 64 rows: 64-row ones only add B re-reads
         for bn in BLOCK_NS:
+            if not legal_block(bm, bn):
+                continue
             stages = max_stages(bm, bn)
             if stages < 2:
                 continue

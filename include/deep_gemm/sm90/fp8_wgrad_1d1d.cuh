@@ -44,9 +44,10 @@ constexpr uint32_t fp8_wgrad_scale_stage_bytes() {
 }
 
 // Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_wgrad.py), asserted below.
+// The D buffer is one 64-row FP32 tile per math warpgroup (a 256-row tile's second sub-tile reuses it).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
 constexpr uint32_t fp8_wgrad_smem_size() {
-    constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 4, 1024);
+    constexpr uint32_t d = align_up<uint32_t>(fp8_wgrad_num_math_threads<BLOCK_M>() / 128 * 64 * BLOCK_N * 4, 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + fp8_wgrad_scale_stage_bytes<BLOCK_M>() +
                                fp8_wgrad_scale_stage_bytes<BLOCK_N>();
     return d + kNumStages * stage + kNumStages * 2 * 8;
@@ -64,14 +65,18 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape ----
     constexpr uint32_t kNumMathThreads = fp8_wgrad_num_math_threads<BLOCK_M>();
+    constexpr uint32_t kNumMathWGs = kNumMathThreads / 128;
+    constexpr uint32_t kNumSubTiles = BLOCK_M / (64 * kNumMathWGs);  // 64-row WGMMA tiles per math warpgroup
     using WGMMA = FP8WGMMA<BLOCK_N>;
     using Epilogue = FP32AccumulateEpilogue<BLOCK_N, kSwizzleDBytes>;
     constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
-    // NOTES: with BLOCK_N <= 128 the column scales of a K block fit in registers next to the final and partial
-    // accumulators, so they are loaded while the WGMMAs run; wider tiles read them after the wait, chunk by chunk.
-    constexpr bool kPreloadSB = BLOCK_N <= 128;
+    // NOTES: shared memory bandwidth is the limit here, and every warp needs all BLOCK_N column scales of a K block
+    // (16 LDS.64 per warp at BLOCK_N = 128, ~25% on top of the WGMMA and TMA traffic of a 128x128 tile). Where the
+    // registers allow, they are read once per K block and kept for both sub-tiles of a 256-row tile; otherwise they
+    // are read chunk by chunk during each promotion.
+    constexpr bool kPreloadSB = (kNumSubTiles + 1) * kNumAccum + kNumAccum / 2 <= 200;
 
-    DG_STATIC_ASSERT(BLOCK_M == 64 or BLOCK_M == 128, "BLOCK_M must be 64 or 128 (one 64-row tile per warpgroup)");
+    DG_STATIC_ASSERT(BLOCK_M == 64 or BLOCK_M == 128 or BLOCK_M == 256, "BLOCK_M must be 64, 128 or 256");
     DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 16 and BLOCK_N <= 256,
                      "BLOCK_N must be a multiple of 8 in [16, 256]");
     DG_STATIC_ASSERT(kNumStages >= 1, "at least one pipeline stage");
@@ -86,7 +91,7 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
     constexpr uint32_t kStageTxBytes = kSmemABytes + kSmemBBytes + BLOCK_M * 4 + BLOCK_N * 4;
     constexpr uint32_t kSmemSAStride = fp8_wgrad_scale_stage_bytes<BLOCK_M>() / 4;  // floats per stage
     constexpr uint32_t kSmemSBStride = fp8_wgrad_scale_stage_bytes<BLOCK_N>() / 4;
-    constexpr uint32_t kSmemDBytes = align_up<uint32_t>(BLOCK_M * BLOCK_N * 4, 1024);
+    constexpr uint32_t kSmemDBytes = align_up<uint32_t>(kNumMathWGs * Epilogue::kSmemBytes, 1024);
     DG_STATIC_ASSERT(kSmemSize == (fp8_wgrad_smem_size<BLOCK_M, BLOCK_N, kNumStages>()),
                      "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kSmemSize <= kSmemBudget, "configuration exceeds the 232448-byte shared-memory budget");
@@ -182,7 +187,7 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
         uint8_t* wg_smem_d = smem_d + math_wg * Epilogue::kSmemBytes;
 
         float partial[kNumAccum];
-        float final_accum[kNumAccum];
+        float final_accum[kNumSubTiles][kNumAccum];
 
         // The stage's A/B/scales are consumed: let the producer(s) refill it (one arrival per warp per cluster CTA).
         auto release = [&](uint32_t stage) {
@@ -195,11 +200,11 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
             }
         };
         // final += partial * SA(row) * SB(column), for the 8-column chunk c with column scales (sb0, sb1).
-        auto promote_chunk = [&](uint32_t c, float sa_lo, float sa_hi, float sb0, float sb1) {
-            final_accum[c * 4 + 0] += partial[c * 4 + 0] * (sa_lo * sb0);
-            final_accum[c * 4 + 1] += partial[c * 4 + 1] * (sa_lo * sb1);
-            final_accum[c * 4 + 2] += partial[c * 4 + 2] * (sa_hi * sb0);
-            final_accum[c * 4 + 3] += partial[c * 4 + 3] * (sa_hi * sb1);
+        auto promote_chunk = [&](float* final_acc, uint32_t c, float sa_lo, float sa_hi, float sb0, float sb1) {
+            final_acc[c * 4 + 0] += partial[c * 4 + 0] * (sa_lo * sb0);
+            final_acc[c * 4 + 1] += partial[c * 4 + 1] * (sa_lo * sb1);
+            final_acc[c * 4 + 2] += partial[c * 4 + 2] * (sa_hi * sb0);
+            final_acc[c * 4 + 3] += partial[c * 4 + 3] * (sa_hi * sb1);
         };
 
         // NOTES: the two math warpgroups take turns issuing their K block's WGMMAs (named barriers 4 + wg): each
@@ -228,54 +233,62 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                 continue;  // an empty group: D[g] stays as it is
 
             #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                final_accum[i] = 0;
+            for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                #pragma unroll
+                for (uint32_t i = 0; i < kNumAccum; ++i)
+                    final_accum[s][i] = 0;
 
             #pragma unroll 1
             for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
                 full_barriers[stage].wait(phase);
-                wait_issue_turn();
-                const uint8_t* tile_a = smem_a + stage * kSmemABytes + math_wg * WGMMA::M * kBlockK;
-                const uint8_t* tile_b = smem_b + stage * kSmemBBytes;
-                #pragma unroll
-                for (uint32_t i = 0; i < kNumAccum; ++i)
-                    wgmma_fence_operand(partial[i]);
-                wgmma_fence();
-                #pragma unroll
-                for (uint32_t k = 0; k < kBlockK / WGMMA::K; ++k)
-                    WGMMA::mma(make_kmajor_sw128_desc(tile_a + k * WGMMA::K),
-                               make_kmajor_sw128_desc(tile_b + k * WGMMA::K), partial, k > 0);
-                wgmma_commit_group();
-                pass_issue_turn();
-                #pragma unroll
-                for (uint32_t i = 0; i < kNumAccum; ++i)
-                    wgmma_fence_operand(partial[i]);
-
-                // Scales of this thread's rows and columns, read while the WGMMAs run.
-                const float* sa_stage = smem_sa + stage * kSmemSAStride + math_wg * WGMMA::M + warp_row + lane_row;
                 const float* sb_stage = smem_sb + stage * kSmemSBStride + lane_col;
-                const float sa_lo = ld_shared(sa_stage);
-                const float sa_hi = ld_shared(sa_stage + 8);
+                // Column scales of this thread, read once per K block for all sub-tiles (while the WGMMAs run).
                 float sb[kPreloadSB ? BLOCK_N / 4 : 1];
-                if constexpr (kPreloadSB) {
+                #pragma unroll
+                for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                    const uint32_t sub_row = (s * kNumMathWGs + math_wg) * WGMMA::M;  // first tile row
+                    wait_issue_turn();
+                    const uint8_t* tile_a = smem_a + stage * kSmemABytes + sub_row * kBlockK;
+                    const uint8_t* tile_b = smem_b + stage * kSmemBBytes;
                     #pragma unroll
-                    for (uint32_t c = 0; c < BLOCK_N / 8; ++c)
-                        ld_shared_v2(sb_stage + c * 8, sb[c * 2], sb[c * 2 + 1]);
-                }
-                wgmma_wait_group<0>();
-                #pragma unroll
-                for (uint32_t i = 0; i < kNumAccum; ++i)
-                    wgmma_fence_operand(partial[i]);
-                if constexpr (kPreloadSB)
-                    release(stage);
-                #pragma unroll
-                for (uint32_t c = 0; c < BLOCK_N / 8; ++c) {
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        wgmma_fence_operand(partial[i]);
+                    wgmma_fence();
+                    #pragma unroll
+                    for (uint32_t k = 0; k < kBlockK / WGMMA::K; ++k)
+                        WGMMA::mma(make_kmajor_sw128_desc(tile_a + k * WGMMA::K),
+                                   make_kmajor_sw128_desc(tile_b + k * WGMMA::K), partial, k > 0);
+                    wgmma_commit_group();
+                    pass_issue_turn();
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        wgmma_fence_operand(partial[i]);
+
+                    const float* sa_stage = smem_sa + stage * kSmemSAStride + sub_row + warp_row + lane_row;
+                    const float sa_lo = ld_shared(sa_stage);
+                    const float sa_hi = ld_shared(sa_stage + 8);
                     if constexpr (kPreloadSB) {
-                        promote_chunk(c, sa_lo, sa_hi, sb[c * 2], sb[c * 2 + 1]);
-                    } else {
-                        float sb0, sb1;
-                        ld_shared_v2(sb_stage + c * 8, sb0, sb1);
-                        promote_chunk(c, sa_lo, sa_hi, sb0, sb1);
+                        if (s == 0) {
+                            #pragma unroll
+                            for (uint32_t c = 0; c < BLOCK_N / 8; ++c)
+                                ld_shared_v2(sb_stage + c * 8, sb[c * 2], sb[c * 2 + 1]);
+                        }
+                    }
+                    wgmma_wait_group<0>();
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        wgmma_fence_operand(partial[i]);
+                    if (kPreloadSB and s + 1 == kNumSubTiles)
+                        release(stage);
+                    #pragma unroll
+                    for (uint32_t c = 0; c < BLOCK_N / 8; ++c) {
+                        if constexpr (kPreloadSB) {
+                            promote_chunk(final_accum[s], c, sa_lo, sa_hi, sb[c * 2], sb[c * 2 + 1]);
+                        } else {
+                            float sb0, sb1;
+                            ld_shared_v2(sb_stage + c * 8, sb0, sb1);
+                            promote_chunk(final_accum[s], c, sa_lo, sa_hi, sb0, sb1);
+                        }
                     }
                 }
                 if constexpr (not kPreloadSB)
@@ -283,19 +296,23 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                 advance_stage<kNumStages>(stage, phase);
             }
 
-            // ---- Epilogue (per warpgroup): FP32 tile -> swizzled smem -> TMA reduce-add into D ----
+            // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> swizzled smem -> TMA reduce-add into D ----
             const bool is_wg_leader = wg_thread == 0;
-            // The warpgroup's previous reduce must have read its smem tile before it is overwritten.
-            if (is_wg_leader)
-                tma_store_wait<0>();
-            named_barrier_sync<128>(2 + math_wg);
-            Epilogue::write_warp(wg_smem_d, final_accum, warp_row, lane_idx);
-            fence_proxy_async_shared();
-            named_barrier_sync<128>(2 + math_wg);
-            if (is_wg_leader) {
-                Epilogue::reduce_rows(&tensor_map_d, wg_smem_d, tile.group, tile.row_base + math_wg * WGMMA::M,
-                                      tile.n_block * BLOCK_N);
-                tma_store_commit();
+            #pragma unroll
+            for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                // The warpgroup's previous reduce must have read its smem tile before it is overwritten.
+                if (is_wg_leader)
+                    tma_store_wait<0>();
+                named_barrier_sync<128>(2 + math_wg);
+                Epilogue::write_warp(wg_smem_d, final_accum[s], warp_row, lane_idx);
+                fence_proxy_async_shared();
+                named_barrier_sync<128>(2 + math_wg);
+                if (is_wg_leader) {
+                    Epilogue::reduce_rows(&tensor_map_d, wg_smem_d, tile.group,
+                                          tile.row_base + (s * kNumMathWGs + math_wg) * WGMMA::M,
+                                          tile.n_block * BLOCK_N);
+                    tma_store_commit();
+                }
             }
         }
         if (wg_thread == 0)
