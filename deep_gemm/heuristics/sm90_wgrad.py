@@ -14,11 +14,9 @@ BLOCK_NS = tuple(range(16, 209, 16))
 # parameters, limited to 32764 bytes in all. Capacities are bucketed so that few kernels are compiled.
 GROUP_CAPACITIES = (1, 8, 32, 96)
 MAX_GROUPS_PER_LAUNCH = GROUP_CAPACITIES[-1]
-# Multicast only where both weight dimensions are large (as measured for the 1D2D kernel; see benchmarks/NOTES.md).
-MULTICAST_MIN_MN = 4096
-# Modelled efficiency of a pipeline of this many stages (the 1D2D kernel on the H200: 3 -> 4 stages +13% at
-# 128x128, 2 -> 3 +23% at 256x128).
-_STAGE_EFFICIENCY = {1: 0.5, 2: 0.75, 3: 0.9}
+# Modelled efficiency of a pipeline of this many stages (the 1D2D kernel on the H200: 2 -> 3 stages +23% at
+# 256x128; for this kernel 3-stage 256x112 tiles were the fastest measured).
+_STAGE_EFFICIENCY = {1: 0.5, 2: 0.75}
 
 
 def group_capacity(num_groups: int) -> int:
@@ -119,11 +117,6 @@ def get_wgrad_config(m: int, n: int, groups: int, num_sms: int) -> GemmConfig:
     if min(m, n, groups, num_sms) <= 0:
         raise ValueError(f"m, n, groups and num_sms must be positive, got {m}, {n}, {groups}, {num_sms}")
     bm, bn = _pick_blocks(m, n, groups, num_sms)
-    num_multicast, on_a = 1, True
-    if min(m, n) >= MULTICAST_MIN_MN and num_sms % 2 == 0:
-        # Pairs share the larger operand tile; a pair needs an even block count along its fast dimension.
-        for a_side in ((True, False) if bm >= bn else (False, True)):
-            if (ceil_div(n, bn) if a_side else ceil_div(m, bm)) % 2 == 0:
-                num_multicast, on_a = 2, a_side
-                break
-    return build_wgrad_config(m, n, groups, bm, bn, num_sms, num_multicast, on_a)
+    # NOTES: no TMA multicast: on the H200 it lost 1-2% (256x112 at 7168x4096x4096: 836 vs 848 TFLOPS; 128x144 at
+    # 16384x7168x4096 with B multicast 820 vs 932 for 256x112 without). The kernel supports it (tools/sweep_wgrad.py).
+    return build_wgrad_config(m, n, groups, bm, bn, num_sms)

@@ -11,7 +11,7 @@ from deep_gemm.launchers.sm90_fp8_wgrad_1d1d import kernel_source
 ARCH = "sm_90a"
 
 CONFIGS = {
-    # The heuristic's pick for a large dense weight gradient (2-CTA multicast).
+    # The heuristic's pick for a large dense weight gradient (256-row tiles, two sub-tiles per warpgroup).
     "dense-7168x4096": (4096, get_wgrad_config(7168, 4096, 1, 132), 1),
     # One math warpgroup, a 176-wide tile (64-byte D swizzle), B multicast, the largest group capacity.
     "bm64-bn176-mcB-g96": (7168, build_wgrad_config(2048, 7168, 64, 64, 176, 132, 2, False), 96),

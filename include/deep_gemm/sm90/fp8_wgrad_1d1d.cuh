@@ -149,7 +149,7 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                 const TmaDescriptor* map_b = &groups.b[tile.group];
                 const auto m_idx = static_cast<int32_t>(tile.row_base);
                 const auto n_idx = static_cast<int32_t>(tile.n_block * BLOCK_N);
-                #pragma unroll 1
+                #pragma unroll 4
                 for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
                     empty_barriers[stage].wait(phase ^ 1);
                     const Barrier* bar = &full_barriers[stage];
@@ -207,11 +207,11 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
             final_acc[c * 4 + 3] += partial[c * 4 + 3] * (sa_hi * sb1);
         };
 
-        // NOTES: the two math warpgroups take turns issuing their K block's WGMMAs (named barriers 4 + wg): each
-        // then promotes while the other's WGMMAs run. Left alone they wait on the same full barrier, issue
-        // together, finish together and promote together, idling the tensor cores for the whole promotion (two
-        // FP32 operations per accumulator here): 128x128 tiles ran at ~790 TFLOPS on the H200 that way.
-        constexpr bool kOrderedIssue = kNumMathThreads == 256;
+        // NOTES: where the column scales are read during the promotion, the two math warpgroups take turns
+        // issuing their WGMMAs (named barriers 4 + wg), so that one promotes while the other's WGMMAs run instead
+        // of both promoting together: +2-4% at 128x192 and 256x128 on the H200. With the scales preloaded
+        // (256x112) the turns cost 3-4% instead, so they are off there (benchmarks/NOTES.md, wgrad log).
+        constexpr bool kOrderedIssue = kNumMathThreads == 256 and not kPreloadSB;
         constexpr uint32_t kIssueBarrier = 4;
         auto wait_issue_turn = [&]() {
             if constexpr (kOrderedIssue)
