@@ -5,6 +5,8 @@ import torch
 from deep_gemm import k_grouped_wgrad_gemm_fp8_fp8_fp32_nt as k_grouped
 from deep_gemm import wgrad_gemm_fp8_fp8_fp32_nt as wgrad
 
+from test_grouped_validation import _check  # one "raises, names the argument, says what" assertion
+
 FP8 = torch.float8_e4m3fn
 M, N, K = 256, 384, 512  # K blocks: 4
 KS = [256, 0, 512]       # K blocks: 2 + 0 + 4 = 6
@@ -57,14 +59,6 @@ GROUPED = [
     ("out-bf16", dict(out=torch.zeros((3, M, N), dtype=torch.bfloat16)), TypeError, "out", "float32"),
     ("cpu", {}, ValueError, "lhs[0] (A)", "CUDA tensor"),
 ]
-
-
-def _check(fn, args, exc, name, detail):
-    with pytest.raises(exc) as info:
-        fn(**args)
-    message = str(info.value)
-    assert message.startswith(f"{name} must"), message
-    assert detail in message, message
 
 
 @pytest.mark.parametrize("change,exc,name,detail", [c[1:] for c in DENSE], ids=[c[0] for c in DENSE])
