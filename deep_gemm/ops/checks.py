@@ -1,5 +1,5 @@
 """Input validation shared by the public GEMMs: every failure names the argument and what was expected."""
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -11,12 +11,13 @@ def unpack_pair(value, name: str) -> Tuple[torch.Tensor, torch.Tensor]:
     return value[0], value[1]
 
 
-def check_tensor(t, name: str, dtype: torch.dtype, dim: int) -> torch.Tensor:
+def check_tensor(t, name: str, dtype: torch.dtype, dim: Optional[int]) -> torch.Tensor:
+    """A tensor of this dtype and rank (`dim=None`: any rank)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != dtype:
         raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
-    if t.dim() != dim:
+    if dim is not None and t.dim() != dim:
         raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}")
     return t
 

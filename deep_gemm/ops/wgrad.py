@@ -23,8 +23,8 @@ def _mn_major_scales(s, name: str, rows: int, kb: int, allow_row_form: bool = Tr
 
     Accepted: [kb, rows] with a unit inner stride (the "transposed" form, used as is when aligned) and, with
     `allow_row_form`, [rows, kb] (converted; no copy when it already is the MN-major TMA-aligned layout).
-    NOTES: as in DeepGEMM, a square tensor (rows == kb) with a unit inner stride is taken as [kb, rows]."""
-    checks.check_tensor(s, name, torch.float32, 2)
+    NOTES: as in DeepGEMM, a square tensor (rows == kb) with a unit inner stride is taken as [kb, rows].
+    `s` is a 2-D float32 tensor (checked by the caller)."""
     shape = tuple(s.shape)
     if shape == (kb, rows) and (rows <= 1 or s.stride(1) == 1):
         row_stride = s.stride(0) if kb > 1 else get_tma_aligned_size(rows, 4)
@@ -39,6 +39,15 @@ def _mn_major_scales(s, name: str, rows: int, kb: int, allow_row_form: bool = Tr
         return t, get_tma_aligned_size(rows, 4)
     forms = f"({kb}, {rows})" + (f" or ({rows}, {kb})" if allow_row_form else "")
     raise ValueError(f"{name} must have shape {forms} (one scale per row and 128-wide K block), got {shape}")
+
+
+def _check_device_and_aliasing(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
+                               out: torch.Tensor) -> torch.device:
+    """All five tensors on one CUDA device, and `out` not overlapping any input. Returns the device."""
+    inputs = [("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b), ("rhs[1] (SB)", sb)]
+    device = checks.check_same_cuda_device(inputs + [("out", out)])
+    checks.check_no_overlap(out, "out", inputs)
+    return device
 
 
 def _check_out_matrix(out: torch.Tensor, name: str) -> bool:
@@ -103,10 +112,7 @@ def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tupl
     for s, name, rows in ((sa, "lhs[1] (SA)", m), (sb, "rhs[1] (SB)", n)):
         if tuple(s.shape) not in ((rows, kb), (kb, rows)):
             raise ValueError(f"{name} must have shape ({rows}, {kb}) or ({kb}, {rows}), got {tuple(s.shape)}")
-    device = checks.check_same_cuda_device([("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
-                                            ("rhs[1] (SB)", sb), ("out", out)])
-    checks.check_no_overlap(out, "out", [("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
-                                         ("rhs[1] (SB)", sb)])
+    device = _check_device_and_aliasing(a, sa, b, sb, out)
     if m == 0 or n == 0 or k == 0:
         return
     checks.check_tma_matrix(a, "lhs[0] (A)")
@@ -149,7 +155,7 @@ def _batch_sizes(batch_sizes, num_groups: int) -> List[int]:
 
 
 def _flat(t, name: str, numel: int, what: str) -> torch.Tensor:
-    checks.check_tensor(t, name, torch.float8_e4m3fn, t.dim() if isinstance(t, torch.Tensor) else 1)
+    checks.check_tensor(t, name, torch.float8_e4m3fn, dim=None)
     if t.numel() != numel:
         raise ValueError(f"{name} must hold {numel} elements ({what}), got {t.numel()} (shape {tuple(t.shape)})")
     if not t.is_contiguous():
@@ -184,10 +190,7 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs: Tuple[torch.Tensor, torch.Tensor],
     checks.check_tensor(sb, "rhs[1] (SB)", torch.float32, 2)
     checks.check_shape(sa, "lhs[1] (SA)", (total_kb, m), "sum of ceil(k_g / 128) x m")
     checks.check_shape(sb, "rhs[1] (SB)", (total_kb, n), "sum of ceil(k_g / 128) x n")
-    device = checks.check_same_cuda_device([("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
-                                            ("rhs[1] (SB)", sb), ("out", out)])
-    checks.check_no_overlap(out, "out", [("lhs[0] (A)", a), ("lhs[1] (SA)", sa), ("rhs[0] (B)", b),
-                                         ("rhs[1] (SB)", sb)])
+    device = _check_device_and_aliasing(a, sa, b, sb, out)
     if m == 0 or n == 0 or total_k == 0:
         return
     sa_t, sa_stride = _mn_major_scales(sa, "lhs[1] (SA)", m, total_kb, allow_row_form=False)

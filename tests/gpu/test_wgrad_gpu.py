@@ -287,3 +287,11 @@ def test_k_grouped_no_host_sync():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+def test_k_grouped_cuda_batch_sizes_refused():
+    lhs, rhs, g = run_k_grouped(128, 256, [256, 128], seed=2)
+    before = g.out3.clone()
+    with pytest.raises(TypeError, match="batch_sizes must be a host list"):
+        deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, g.out3, torch.tensor([256, 128], device="cuda"))
+    assert torch.equal(g.out3, before)

@@ -71,11 +71,11 @@ def test_k_grouped_bad_argument(change, exc, name, detail):
     _check(call_grouped, {**grouped_args(), **change}, exc, name, detail)
 
 
-def test_k_grouped_cuda_batch_sizes_refused_without_sync():
-    ks = torch.tensor(KS)
-    if torch.cuda.is_available():
-        with pytest.raises(TypeError, match="batch_sizes must be a host list"):
-            call_grouped(**{**grouped_args(), "ks": ks.cuda()})
-    # A CPU tensor is a host list.
+def test_k_grouped_device_batch_sizes_refused_without_sync():
+    # Any tensor not in host memory would need a device-to-host copy (a sync); a meta tensor stands in for a CUDA
+    # one here (tests/gpu/test_wgrad_gpu.py checks the CUDA tensor itself).
+    with pytest.raises(TypeError, match="batch_sizes must be a host list"):
+        call_grouped(**{**grouped_args(), "ks": torch.tensor(KS, device="meta")})
+    # A CPU tensor is a host list: validation goes on (and stops at the CPU operands).
     with pytest.raises(ValueError, match="CUDA tensor"):
-        call_grouped(**{**grouped_args(), "ks": ks})
+        call_grouped(**{**grouped_args(), "ks": torch.tensor(KS)})

@@ -128,15 +128,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         prefetch_tma_descriptor(&tensor_map_b);
         prefetch_tma_descriptor(&tensor_map_sa);
         prefetch_tma_descriptor(&tensor_map_d);
-        #pragma unroll
-        for (uint32_t i = 0; i < kNumStages; ++i) {
-            full_barriers[i].init(1);
-            // NOTES: every math warp of every CTA of the cluster frees the stage, because a multicast TMA
-            // writes the stage in both CTAs.
-            empty_barriers[i].init(kNumMulticast * kNumMathThreads / 32);
-        }
-        fence_proxy_async_shared();
-        fence_barrier_init();
+        init_stage_barriers<kNumStages, kNumMulticast, kNumMathThreads>(full_barriers, empty_barriers);
     }
     if constexpr (kNumMulticast > 1)
         cluster_sync();
@@ -178,18 +170,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     const auto k_idx = static_cast<int32_t>(k_block * kBlockK);
                     uint8_t* dst_a = smem_a + stage * kSmemABytes;
                     uint8_t* dst_b = smem_b + stage * kSmemBBytes;
-                    if constexpr (kNumMulticast > 1 and kMulticastOnA) {
-                        if (is_leader)
-                            tma_load_2d_multicast(&tensor_map_a, bar, 0b11, dst_a, k_idx, m_idx, kCacheHint);
-                    } else {
-                        tma_load_2d(&tensor_map_a, bar, dst_a, k_idx, m_idx, kCacheHint);
-                    }
-                    if constexpr (kNumMulticast > 1 and not kMulticastOnA) {
-                        if (is_leader)
-                            tma_load_2d_multicast(&tensor_map_b, bar, 0b11, dst_b, k_idx, n_idx, kCacheHint);
-                    } else {
-                        tma_load_2d(&tensor_map_b, bar, dst_b, k_idx, n_idx, kCacheHint);
-                    }
+                    tma_load_operand<(kNumMulticast > 1 and kMulticastOnA)>(&tensor_map_a, bar, dst_a, k_idx, m_idx,
+                                                                          is_leader, kCacheHint);
+                    tma_load_operand<(kNumMulticast > 1 and not kMulticastOnA)>(&tensor_map_b, bar, dst_b, k_idx,
+                                                                              n_idx, is_leader, kCacheHint);
                     int32_t sa_inner, sa_outer;
                     sa_coords(tile, k_block, sa_inner, sa_outer);
                     tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, sa_inner, sa_outer, kCacheHint);
@@ -240,15 +224,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 wgmma_fence_operand(acc[i]);
         };
         // The stage's A/B/SA are consumed: let the producer(s) refill it (one arrival per warp per cluster CTA).
-        auto release = [&](uint32_t stage) {
-            if constexpr (kNumMulticast == 1) {
-                if (lane_idx == 0)
-                    empty_barriers[stage].arrive();
-            } else {
-                if (lane_idx < kNumMulticast)
-                    empty_barriers[stage].arrive_cluster(lane_idx);
-            }
-        };
+        auto release = [&](uint32_t stage) { release_stage<kNumMulticast>(empty_barriers[stage], lane_idx); };
         // Promotion: final += partial * SA(row) * SB(n block of the column, k block).
         // `straddle` is the tile's straddle case (see kNumStraddleCases): an Int (columns' scales chosen at
         // compile time) or a uint32_t (chosen per column at run time).

@@ -115,14 +115,7 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
         prefetch_tma_descriptor(&tensor_map_sa);
         prefetch_tma_descriptor(&tensor_map_sb);
         prefetch_tma_descriptor(&tensor_map_d);
-        #pragma unroll
-        for (uint32_t i = 0; i < kNumStages; ++i) {
-            full_barriers[i].init(1);
-            // NOTES: every math warp of every CTA of the cluster frees the stage (a multicast writes both CTAs).
-            empty_barriers[i].init(kNumMulticast * kNumMathThreads / 32);
-        }
-        fence_proxy_async_shared();
-        fence_barrier_init();
+        init_stage_barriers<kNumStages, kNumMulticast, kNumMathThreads>(full_barriers, empty_barriers);
     }
     if constexpr (kNumMulticast > 1)
         cluster_sync();
@@ -157,18 +150,10 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                     const auto k_idx = static_cast<int32_t>(k_block * kBlockK);
                     uint8_t* dst_a = smem_a + stage * kSmemABytes;
                     uint8_t* dst_b = smem_b + stage * kSmemBBytes;
-                    if constexpr (kNumMulticast > 1 and kMulticastOnA) {
-                        if (is_leader)
-                            tma_load_2d_multicast(map_a, bar, 0b11, dst_a, k_idx, m_idx, kCacheHint);
-                    } else {
-                        tma_load_2d(map_a, bar, dst_a, k_idx, m_idx, kCacheHint);
-                    }
-                    if constexpr (kNumMulticast > 1 and not kMulticastOnA) {
-                        if (is_leader)
-                            tma_load_2d_multicast(map_b, bar, 0b11, dst_b, k_idx, n_idx, kCacheHint);
-                    } else {
-                        tma_load_2d(map_b, bar, dst_b, k_idx, n_idx, kCacheHint);
-                    }
+                    tma_load_operand<(kNumMulticast > 1 and kMulticastOnA)>(map_a, bar, dst_a, k_idx, m_idx, is_leader,
+                                                                          kCacheHint);
+                    tma_load_operand<(kNumMulticast > 1 and not kMulticastOnA)>(map_b, bar, dst_b, k_idx, n_idx,
+                                                                              is_leader, kCacheHint);
                     const auto kb_row = static_cast<int32_t>(kb_offset + k_block);
                     tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * kSmemSAStride, m_idx, kb_row, kCacheHint);
                     tma_load_2d(&tensor_map_sb, bar, smem_sb + stage * kSmemSBStride, n_idx, kb_row, kCacheHint);
@@ -189,16 +174,8 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
         float partial[kNumAccum];
         float final_accum[kNumSubTiles][kNumAccum];
 
-        // The stage's A/B/scales are consumed: let the producer(s) refill it (one arrival per warp per cluster CTA).
-        auto release = [&](uint32_t stage) {
-            if constexpr (kNumMulticast == 1) {
-                if (lane_idx == 0)
-                    empty_barriers[stage].arrive();
-            } else {
-                if (lane_idx < kNumMulticast)
-                    empty_barriers[stage].arrive_cluster(lane_idx);
-            }
-        };
+        // The stage's A/B/scales are consumed: let the producer(s) refill it.
+        auto release = [&](uint32_t stage) { release_stage<kNumMulticast>(empty_barriers[stage], lane_idx); };
         // final += partial * SA(row) * SB(column), for the 8-column chunk c with column scales (sb0, sb1).
         auto promote_chunk = [&](float* final_acc, uint32_t c, float sa_lo, float sa_hi, float sb0, float sb1) {
             final_acc[c * 4 + 0] += partial[c * 4 + 0] * (sa_lo * sb0);
