@@ -2,6 +2,7 @@ from .gemm import gemm_fp8_fp8_bf16_nt
 from .grouped import (get_m_alignment_for_contiguous_layout, get_mk_alignment_for_contiguous_layout,
                       m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked)
 from .wgrad import k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32_nt
+from . import library  # noqa: F401  (registers torch.ops.deep_gemm.*)
 
 __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
            "get_m_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout",

@@ -11,6 +11,14 @@ def unpack_pair(value, name: str) -> Tuple[torch.Tensor, torch.Tensor]:
     return value[0], value[1]
 
 
+def traced_call(op: str, lhs, rhs, out, *rest) -> None:
+    """While torch.compile traces: the call as one node of the custom operator torch.ops.deep_gemm.<op>
+    (deep_gemm/ops/library.py), the (tensor, scales) pairs unpacked."""
+    a, sa = unpack_pair(lhs, "lhs")
+    b, sb = unpack_pair(rhs, "rhs")
+    getattr(torch.ops.deep_gemm, op)(a, sa, b, sb, out, *rest)
+
+
 def check_tensor(t, name: str, dtype: torch.dtype, dim: Optional[int]) -> torch.Tensor:
     """A tensor of this dtype and rank (`dim=None`: any rank)."""
     if not isinstance(t, torch.Tensor):

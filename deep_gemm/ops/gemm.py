@@ -64,6 +64,8 @@ def gemm_fp8_fp8_bf16_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torc
     A, B and out need 16-byte aligned row strides (TMA); when n % 8 != 0 the result goes through an aligned
     temporary and one extra copy, because TMA stores write whole 16-byte chunks.
     """
+    if torch.compiler.is_compiling():
+        return checks.traced_call("gemm_fp8_fp8_bf16_nt", lhs, rhs, out)
     if _fast is not None:
         _fast.gemm(lhs, rhs, out)
     else:

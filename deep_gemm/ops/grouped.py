@@ -171,6 +171,8 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Tuple[torch.Tensor, torch.Ten
     Runs on the current stream, without a host synchronisation (CUDA-graph safe). M = 0 or n = 0: nothing to
     do; k = 0 or G = 0: out is zeroed. When n % 8 != 0 the result goes through an aligned temporary.
     """
+    if torch.compiler.is_compiling():
+        return checks.traced_call("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", lhs, rhs, out, m_indices)
     key = _layout_key(KernelType.M_GROUPED_CONTIGUOUS, lhs, rhs, out, m_indices, None)
     layout = _get_layout(key, lambda: _check_contiguous(lhs, rhs, out, m_indices))
     _run(layout, key, lhs, rhs, out, m_indices)
@@ -223,6 +225,8 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs: Tuple[torch.Tensor, torch.Tensor]
     addresses). n must be a multiple of 8 (a store of a ragged row would touch the next row).
     k = 0 zeroes rows < masked_m[g] (one masked torch op, still without a sync).
     """
+    if torch.compiler.is_compiling():
+        return checks.traced_call("m_grouped_gemm_fp8_fp8_bf16_nt_masked", lhs, rhs, out, masked_m, expected_m)
     key = _layout_key(KernelType.M_GROUPED_MASKED, lhs, rhs, out, masked_m, expected_m)
     layout = _get_layout(key, lambda: _check_masked(lhs, rhs, out, masked_m, expected_m))
     _run(layout, key, lhs, rhs, out, masked_m)

@@ -96,6 +96,8 @@ def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tupl
     leaves out unchanged. A square scale tensor (m == ceil(k/128)) with a unit inner stride is read as the
     transposed form, as in DeepGEMM. Runs on the current stream; no host synchronisation.
     """
+    if torch.compiler.is_compiling():
+        return checks.traced_call("wgrad_gemm_fp8_fp8_fp32_nt", lhs, rhs, out)
     a, sa = checks.unpack_pair(lhs, "lhs")
     b, sb = checks.unpack_pair(rhs, "rhs")
     checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
@@ -175,8 +177,13 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs: Tuple[torch.Tensor, torch.Tensor],
     lhs = (A: contiguous float8_e4m3fn holding sum(m * k_g) elements, group g's [m, k_g] row-major matrix after the
     previous groups'; SA: float32 [sum(ceil(k_g/128)), m], group g's scales in rows sum_{j<g} ceil(k_j/128) ...);
     rhs = (B with n, SB [sum(ceil(k_g/128)), n]) likewise; out: float32 [G, m, n], accumulated in place.
-    Runs on the current stream; no host synchronisation.
+    Runs on the current stream; no host synchronisation. Under torch.compile pass batch_sizes as a list of ints.
     """
+    if torch.compiler.is_compiling():
+        if not isinstance(batch_sizes, (list, tuple)):
+            raise TypeError("batch_sizes must be a list of ints under torch.compile (the compiled graph bakes the "
+                            f"group sizes in), got {type(batch_sizes).__name__}")
+        return checks.traced_call("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", lhs, rhs, out, list(batch_sizes))
     a, sa = checks.unpack_pair(lhs, "lhs")
     b, sb = checks.unpack_pair(rhs, "rhs")
     checks.check_tensor(out, "out", torch.float32, 3)

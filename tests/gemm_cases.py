@@ -1,0 +1,423 @@
+"""One entry per public GEMM, shared by the robustness tests (random sweep, CUDA graphs, determinism, devices,
+torch.compile): how to draw a random problem, how to build its inputs with a guarded output, and how to check the
+result. A new public GEMM joins every one of those tests by adding a `GemmSpec` line to `SPECS`.
+
+Outputs live inside poisoned buffers (int pattern -1 = NaN in BF16 and FP32) with guard rows and columns on every
+side; a check fails when the kernel wrote outside `out`, left a required element unwritten, or wrote an element it
+must not touch (masked rows, empty groups). Values are compared with the dequantised FP32 reference
+(calc_diff < 1e-5) and with the BF16 product (calc_diff < 1e-3, where the output has at least `BF16_MIN_ELEMENTS`
+elements: the BF16 check is a statistic over the FP8 rounding errors and means nothing for a handful of values).
+"""
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+import deep_gemm
+from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
+
+FP8 = torch.float8_e4m3fn
+BF16_MIN_ELEMENTS = 1024
+GUARD = 8
+
+
+def _primes(limit: int) -> List[int]:
+    sieve = bytearray([1]) * (limit + 1)
+    sieve[0:2] = b"\0\0"
+    for i in range(2, int(limit ** 0.5) + 1):
+        if sieve[i]:
+            sieve[i * i::i] = bytearray(len(sieve[i * i::i]))
+    return [i for i, v in enumerate(sieve) if v]
+
+
+PRIMES = _primes(16384)
+
+
+def draw_rows(rng: random.Random, hi: int) -> int:
+    """A row count in [1, hi]: primes, tiny counts, powers of two +-1 and log-uniform values."""
+    kind = rng.random()
+    if kind < 0.25:
+        return rng.choice([p for p in PRIMES if p <= hi] or [1])
+    if kind < 0.35:
+        return rng.randint(1, min(hi, 16))
+    if kind < 0.5:
+        p = 1 << rng.randint(0, max(0, hi.bit_length() - 1))
+        return max(1, min(hi, p + rng.choice([-1, 0, 1])))
+    return max(1, min(hi, int(round(2 ** rng.uniform(0, hi.bit_length())))))
+
+
+# ---------------------------------------------------------------- guarded outputs
+
+class Guarded:
+    """`out` of `shape` ([rows, n] or [lead, rows, n]) inside a poisoned buffer with guard rows and columns."""
+
+    def __init__(self, shape: Tuple[int, ...], dtype: torch.dtype, device, guard: int = GUARD):
+        lead, rows, n = (1, *shape) if len(shape) == 2 else shape
+        int_dtype = {2: torch.int16, 4: torch.int32}[dtype.itemsize]
+        per16 = 16 // dtype.itemsize
+        stride = (n + 2 * guard + per16 - 1) // per16 * per16
+        self.buf = torch.full((lead * rows + 2, stride), -1, dtype=int_dtype, device=device)
+        self.inner = torch.zeros(self.buf.shape, dtype=torch.bool, device=device)
+        self.inner[1:lead * rows + 1, guard:guard + n] = True
+        view = self.buf.view(dtype)[1:lead * rows + 1, guard:guard + n]
+        self.out = view if len(shape) == 2 else view.view(lead, rows, n)
+        self.initial: Optional[torch.Tensor] = None
+
+    def set_initial(self, values: torch.Tensor) -> None:
+        self.out.copy_(values)
+        self.initial = values.clone()
+
+    def reset(self) -> None:
+        """Back to the state before the first call: poison, or the accumulation input."""
+        if self.initial is None:
+            self.out.view(self.buf.dtype).fill_(-1)
+        else:
+            self.out.copy_(self.initial)
+
+    def untouched(self) -> torch.Tensor:
+        """Elementwise: still holding the poison pattern."""
+        return self.out.view(self.buf.dtype) == -1
+
+    def check_guards(self) -> None:
+        assert bool((self.buf[~self.inner] == -1).all()), "kernel wrote outside `out` (guard band changed)"
+
+    def bits(self) -> torch.Tensor:
+        return self.out.view(self.buf.dtype).clone()
+
+
+def _assert_close(out: torch.Tensor, ref: torch.Tensor, ref_bf16: Optional[torch.Tensor], what: str) -> None:
+    out = out.float()
+    assert bool(torch.isfinite(out).all()), f"{what}: NaN/Inf in the result (unwritten or overflowed)"
+    if out.numel() == 0:
+        return
+    if bool((ref == 0).all()):
+        assert bool((out == 0).all()), f"{what}: reference is all zeros but the result is not"
+        return
+    diff = calc_diff(out, ref)
+    assert diff < 1e-5, f"{what}: calc_diff vs dequantised FP32 = {diff:.3g}"
+    if ref_bf16 is not None and out.numel() >= BF16_MIN_ELEMENTS:
+        diff = calc_diff(out, ref_bf16)
+        assert diff < 1e-3, f"{what}: calc_diff vs BF16 = {diff:.3g}"
+
+
+# ---------------------------------------------------------------- cases
+
+@dataclass
+class Case:
+    """One ready-to-run call of a public GEMM: `args` (out included), the guarded output and the checker."""
+    fn_name: str
+    desc: str
+    args: tuple
+    guarded: Guarded
+    checker: Callable[["Case"], None]
+    extra: Dict = field(default_factory=dict)
+
+    @property
+    def fn(self):
+        return getattr(deep_gemm, self.fn_name)
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.guarded.out
+
+    def run(self) -> None:
+        self.fn(*self.args)
+
+    def check(self) -> None:
+        """Synchronise, then check guards and values (after exactly one call since `reset`)."""
+        torch.cuda.synchronize(self.out.device)
+        self.guarded.check_guards()
+        self.checker(self)
+
+
+def _gen(device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _rows_view(x: torch.Tensor, row_align_bytes: int = 16) -> torch.Tensor:
+    """`x` [r, c] copied into storage whose row stride is a multiple of 16 bytes (a view; TMA needs it)."""
+    r, c = x.shape
+    per = row_align_bytes // x.element_size()
+    stride = (c + per - 1) // per * per
+    if stride == c:
+        return x
+    store = torch.zeros((r, stride), dtype=x.dtype, device=x.device)
+    store[:, :c] = x
+    return store[:, :c]
+
+
+def _quant_rows(rows: int, k: int, gen, device):
+    """(e4m3 [rows, k], 1x128 scales, dequantised FP32, BF16 original)."""
+    x = torch.randn((rows, k), device=device, generator=gen).to(torch.bfloat16)
+    x8, s = deep_gemm.per_token_cast_to_fp8(x)
+    return x8, s, dequant_per_token(x8, s), x
+
+
+def _quant_blocks(groups: int, n: int, k: int, gen, device):
+    """B [G, n, k] e4m3 with 128x128 scales [G, ceil(n/128), ceil(k/128)], dequantised FP32, BF16 original."""
+    b = torch.randn((groups, n, k), device=device, generator=gen).to(torch.bfloat16)
+    b8 = torch.empty((groups, n, k), device=device, dtype=FP8)
+    sb = torch.empty((groups, (n + 127) // 128, (k + 127) // 128), device=device)
+    deq = torch.empty((groups, n, k), device=device)
+    for g in range(groups):
+        b8[g], sb[g] = deep_gemm.per_block_cast_to_fp8(b[g])
+        deq[g] = dequant_per_block(b8[g], sb[g])
+    return b8, sb, deq, b
+
+
+# ---- gemm_fp8_fp8_bf16_nt
+
+DENSE_N = [1, 7, 24, 129, 576, 2112, 4100, 7168]
+DENSE_K = [16, 100, 200, 576, 2048, 7168]
+MAX_MACS = 1 << 35
+
+
+def _cap_rows(rows: int, per_row: int) -> int:
+    return max(1, min(rows, MAX_MACS // max(1, per_row)))
+
+
+def sample_dense(rng: random.Random) -> dict:
+    n, k = rng.choice(DENSE_N), rng.choice(DENSE_K)
+    return dict(m=_cap_rows(draw_rows(rng, 16384), n * k), n=n, k=k)
+
+
+def build_dense(p: dict, device, seed: int) -> Case:
+    m, n, k = p["m"], p["n"], p["k"]
+    gen = _gen(device, seed)
+    a8, sa, a_deq, a = _quant_rows(m, k, gen, device)
+    b = torch.randn((n, k), device=device, generator=gen).to(torch.bfloat16)
+    b8, sb = deep_gemm.per_block_cast_to_fp8(b)
+    ref = a_deq @ dequant_per_block(b8, sb).t()
+    ref_bf16 = a.float() @ b.float().t()
+    g = Guarded((m, n), torch.bfloat16, device)
+
+    def checker(case: Case) -> None:
+        _assert_close(case.out, ref, ref_bf16, case.desc)
+
+    return Case("gemm_fp8_fp8_bf16_nt", f"dense m={m} n={n} k={k}",
+                ((_rows_view(a8), sa), (_rows_view(b8), sb), g.out), g, checker)
+
+
+# ---- m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
+
+GROUPED_N = [7, 24, 256, 2112, 4096, 7168]
+GROUPED_K = [16, 128, 576, 2048, 7168]
+
+
+def sample_contiguous(rng: random.Random) -> dict:
+    n, k = rng.choice(GROUPED_N), rng.choice(GROUPED_K)
+    groups = rng.choice([1, 2, 3, 4, 8, 16, 32, 64]) if rng.random() < 0.9 else rng.randint(1, 128)
+    budget = max(1, min(16384, MAX_MACS // (n * k)))
+    sizes = [0 if rng.random() < 0.1 else draw_rows(rng, max(1, 2 * budget // groups)) for _ in range(groups)]
+    return dict(sizes=sizes, n=n, k=k)
+
+
+def build_contiguous(p: dict, device, seed: int) -> Case:
+    sizes, n, k = p["sizes"], p["n"], p["k"]
+    align = deep_gemm.get_m_alignment_for_contiguous_layout()
+    gen = _gen(device, seed)
+    groups = len(sizes)
+    padded = [(s + align - 1) // align * align for s in sizes]
+    m = sum(padded)
+    idx = torch.full((m,), -1, dtype=torch.int32)
+    start = 0
+    for e, (s, pad) in enumerate(zip(sizes, padded)):
+        idx[start:start + s] = e
+        start += pad
+    m_indices = idx.to(device)
+    a8, sa, a_deq, a = _quant_rows(m, k, gen, device)
+    b8, sb, b_deq, b = _quant_blocks(groups, n, k, gen, device)
+    valid = (m_indices >= 0).unsqueeze(1).expand(m, n)
+    ref = torch.zeros((m, n), device=device)
+    ref_bf16 = torch.zeros((m, n), device=device)
+    for e in range(groups):
+        rows = (m_indices == e).nonzero().squeeze(1)
+        if rows.numel():
+            ref[rows] = a_deq[rows] @ b_deq[e].t()
+            ref_bf16[rows] = a[rows].float() @ b[e].float().t()
+    g = Guarded((m, n), torch.bfloat16, device)
+
+    def checker(case: Case) -> None:
+        assert not bool(case.guarded.untouched().any()), f"{case.desc}: rows left unwritten"
+        assert bool((case.out.float() == 0).masked_select(~valid).all()), f"{case.desc}: padding rows not zero"
+        _assert_close(case.out, ref, ref_bf16, case.desc)
+
+    return Case("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", f"contiguous sizes={sizes} n={n} k={k}",
+                ((a8, sa), (b8, sb), g.out, m_indices), g, checker)
+
+
+# ---- m_grouped_gemm_fp8_fp8_bf16_nt_masked
+
+MASKED_N = [8, 24, 256, 2112, 4096, 7168]
+
+
+def sample_masked(rng: random.Random) -> dict:
+    n, k = rng.choice(MASKED_N), rng.choice(GROUPED_K)
+    groups = rng.choice([1, 2, 4, 8, 16, 32]) if rng.random() < 0.9 else rng.randint(1, 64)
+    budget = max(1, min(8192, MAX_MACS // (n * k * groups)))
+    m_max = draw_rows(rng, budget)
+    masked = []
+    for _ in range(groups):
+        r = rng.random()
+        masked.append(0 if r < 0.1 else m_max if r < 0.25 else m_max + rng.randint(1, 100) if r < 0.3
+                      else rng.randint(0, m_max))
+    expected_m = max(0, int(sum(min(v, m_max) for v in masked) / groups * rng.uniform(0.5, 2.0)))
+    return dict(groups=groups, m_max=m_max, n=n, k=k, masked=masked, expected_m=expected_m)
+
+
+def build_masked(p: dict, device, seed: int) -> Case:
+    groups, m_max, n, k = p["groups"], p["m_max"], p["n"], p["k"]
+    gen = _gen(device, seed)
+    a8, sa, a_deq, a = _quant_rows(groups * m_max, k, gen, device)
+    b8, sb, b_deq, b = _quant_blocks(groups, n, k, gen, device)
+    ref = torch.bmm(a_deq.view(groups, m_max, k), b_deq.transpose(1, 2))
+    ref_bf16 = torch.bmm(a.float().view(groups, m_max, k), b.float().transpose(1, 2))
+    masked_m = torch.tensor(p["masked"], dtype=torch.int32, device=device)
+    rows = torch.arange(m_max, device=device).view(1, m_max)
+    valid = rows < masked_m.clamp(0, m_max).view(groups, 1).long()
+    g = Guarded((groups, m_max, n), torch.bfloat16, device)
+
+    def checker(case: Case) -> None:
+        untouched = case.guarded.untouched()
+        assert not bool(untouched[valid].any()), f"{case.desc}: rows < masked_m left unwritten"
+        assert bool(untouched[~valid].all()), f"{case.desc}: rows >= masked_m were written"
+        _assert_close(case.out[valid], ref[valid], ref_bf16[valid], case.desc)
+
+    lhs = (a8.view(groups, m_max, k), sa.view(groups, m_max, -1))
+    return Case("m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+                f"masked G={groups} m_max={m_max} n={n} k={k} masked_m={p['masked'][:8]} expected_m={p['expected_m']}",
+                (lhs, (b8, sb), g.out, masked_m, p["expected_m"]), g, checker)
+
+
+# ---- wgrad_gemm_fp8_fp8_fp32_nt
+
+WGRAD_N = [1, 7, 100, 512, 2112, 4100, 7168]
+SCALE_FORMS = ("rows", "transposed", "col_major")
+
+
+def _scale_form(s: torch.Tensor, form: str) -> torch.Tensor:
+    if form == "transposed":
+        return s.t().contiguous()
+    if form == "col_major":
+        return deep_gemm.get_col_major_tma_aligned_tensor(s)
+    return s
+
+
+def sample_wgrad(rng: random.Random) -> dict:
+    n = rng.choice(WGRAD_N)
+    k = rng.randint(1, 512) * 16 if rng.random() < 0.85 else rng.randint(1, 4000)
+    return dict(m=_cap_rows(draw_rows(rng, 16384), n * k), n=n, k=k, sa_form=rng.choice(SCALE_FORMS),
+                sb_form=rng.choice(SCALE_FORMS))
+
+
+def _check_accumulated(case: Case, ref: torch.Tensor, ref_bf16: torch.Tensor, skip: Optional[torch.Tensor] = None):
+    out, initial = case.out, case.guarded.initial
+    added = out - initial
+    assert bool(torch.isfinite(out).all()), f"{case.desc}: NaN/Inf in the result"
+    if skip is not None:
+        assert torch.equal(out[skip], initial[skip]), f"{case.desc}: an empty group was written"
+    _assert_close(added, ref, ref_bf16, case.desc)
+    # Every element got exactly one contribution (a missing or doubled tile fails here even when calc_diff is small).
+    if ref.numel():
+        tol = 1e-3 * float(ref.abs().max()) + 1e-6
+        assert float((added - ref).abs().max()) <= tol, f"{case.desc}: elementwise error above {tol:.3g}"
+
+
+def build_wgrad(p: dict, device, seed: int) -> Case:
+    m, n, k = p["m"], p["n"], p["k"]
+    gen = _gen(device, seed)
+    a8, sa, a_deq, a = _quant_rows(m, k, gen, device)
+    b8, sb, b_deq, b = _quant_rows(n, k, gen, device)
+    ref = a_deq @ b_deq.t()
+    ref_bf16 = a.float() @ b.float().t()
+    g = Guarded((m, n), torch.float32, device)
+    g.set_initial(torch.randn((m, n), device=device, generator=gen))
+
+    def checker(case: Case) -> None:
+        _check_accumulated(case, ref, ref_bf16)
+
+    lhs = (_rows_view(a8), _scale_form(sa, p["sa_form"]))
+    rhs = (_rows_view(b8), _scale_form(sb, p["sb_form"]))
+    return Case("wgrad_gemm_fp8_fp8_fp32_nt", f"wgrad m={m} n={n} k={k} SA {p['sa_form']} SB {p['sb_form']}",
+                (lhs, rhs, g.out), g, checker)
+
+
+# ---- k_grouped_wgrad_gemm_fp8_fp8_fp32_nt
+
+def sample_k_grouped(rng: random.Random) -> dict:
+    n = rng.choice(WGRAD_N)
+    groups = rng.choice([1, 2, 4, 8, 16]) if rng.random() < 0.9 else rng.randint(1, 130)
+    ks = [0 if rng.random() < 0.1 else rng.randint(1, 256) * 16 for _ in range(groups)]
+    rows = draw_rows(rng, 4096)
+    return dict(m=_cap_rows(rows, n * max(1, sum(ks))), n=n, ks=ks)
+
+
+def build_k_grouped(p: dict, device, seed: int) -> Case:
+    m, n, ks = p["m"], p["n"], p["ks"]
+    gen = _gen(device, seed)
+    a_parts, b_parts, sa_parts, sb_parts, refs, refs_bf16 = [], [], [], [], [], []
+    for k in ks:
+        if k == 0:
+            refs.append(torch.zeros((m, n), device=device))
+            refs_bf16.append(torch.zeros((m, n), device=device))
+            continue
+        a8, sa, a_deq, a = _quant_rows(m, k, gen, device)
+        b8, sb, b_deq, b = _quant_rows(n, k, gen, device)
+        a_parts.append(a8.view(-1))
+        b_parts.append(b8.view(-1))
+        sa_parts.append(sa.t())
+        sb_parts.append(sb.t())
+        refs.append(a_deq @ b_deq.t())
+        refs_bf16.append(a.float() @ b.float().t())
+    empty8 = torch.empty(0, device=device, dtype=FP8)
+    a_flat = torch.cat(a_parts) if a_parts else empty8
+    b_flat = torch.cat(b_parts) if b_parts else empty8
+    sa_t = torch.cat(sa_parts).contiguous() if sa_parts else torch.empty((0, m), device=device)
+    sb_t = torch.cat(sb_parts).contiguous() if sb_parts else torch.empty((0, n), device=device)
+    ref, ref_bf16 = torch.stack(refs), torch.stack(refs_bf16)
+    empty = torch.tensor([k == 0 for k in ks], device=device)
+    g = Guarded((len(ks), m, n), torch.float32, device)
+    g.set_initial(torch.randn((len(ks), m, n), device=device, generator=gen))
+
+    def checker(case: Case) -> None:
+        _check_accumulated(case, ref, ref_bf16, skip=empty)
+
+    return Case("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", f"k_grouped m={m} n={n} ks={ks}",
+                ((a_flat, sa_t), (b_flat, sb_t), g.out, list(ks)), g, checker)
+
+
+# ---------------------------------------------------------------- registry
+
+@dataclass(frozen=True)
+class GemmSpec:
+    name: str                                      # the public function, deep_gemm.<name>
+    sample: Callable[[random.Random], dict]        # a random problem
+    build: Callable[[dict, object, int], Case]     # (problem, device, seed) -> Case
+    small: dict                                    # a quick, ragged problem for graph/device/determinism tests
+    share: int                                     # weight in the random sweep
+
+
+SPECS: List[GemmSpec] = [
+    GemmSpec("gemm_fp8_fp8_bf16_nt", sample_dense, build_dense, dict(m=129, n=4100, k=200), 5),
+    GemmSpec("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", sample_contiguous, build_contiguous,
+             dict(sizes=[100, 0, 300, 1], n=2112, k=576), 4),
+    GemmSpec("m_grouped_gemm_fp8_fp8_bf16_nt_masked", sample_masked, build_masked,
+             dict(groups=4, m_max=192, n=256, k=576, masked=[0, 192, 57, 300], expected_m=96), 4),
+    GemmSpec("wgrad_gemm_fp8_fp8_fp32_nt", sample_wgrad, build_wgrad,
+             dict(m=300, n=100, k=1000, sa_form="rows", sb_form="transposed"), 4),
+    GemmSpec("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", sample_k_grouped, build_k_grouped,
+             dict(m=129, n=100, ks=[256, 0, 1040, 16]), 3),
+]
+SPEC_BY_NAME = {s.name: s for s in SPECS}
+
+
+def sweep_problems(count: int, seed: int) -> List[Tuple[str, dict, int]]:
+    """`count` (spec name, problem, input seed) triples drawn from `seed`, the specs weighted by `share`."""
+    rng = random.Random(seed)
+    names = [s.name for s in SPECS for _ in range(s.share)]
+    out = []
+    for i in range(count):
+        spec = SPEC_BY_NAME[names[i % len(names)]]
+        out.append((spec.name, spec.sample(rng), rng.randrange(1 << 30)))
+    return out
