@@ -1,11 +1,21 @@
 """On-disk kernel cache.
 
-Layout: ``<DG_JIT_CACHE_DIR>/cache/<name>.<key>/{kernel.cubin, kernel.cu, meta.json}``.
-The key hashes the generated code, the contents of every project header, the compiler identity, its flags and the
-arch. An entry is written into a private temp directory and published with one atomic rename, so concurrent
-processes never see a half-written entry; a loser of the rename race simply uses the winner's entry. An entry that
-fails its integrity check (size + sha256 recorded in meta.json, ELF magic) is moved aside and rebuilt.
+Layout: ``<DG_JIT_CACHE_DIR>/cache/<name>.<key>/{kernel.cubin, kernel.cu, meta.json}`` and one empty lock file per
+key in ``<DG_JIT_CACHE_DIR>/locks/``. The key hashes the generated code, the contents of every project header, the
+compiler identity, its flags and the arch.
+
+Concurrency: a process that misses takes the key's lock (``flock``; the kernel releases it when the holder dies,
+even by SIGKILL), looks again, and only then compiles; so N processes wanting the same kernel compile it once and
+the others wait and load it. An entry is written into a private temp directory and published with one atomic
+rename, so nobody ever sees a half-written entry. Temp and discarded directories left by a killed writer are
+removed by the next holder of that key's lock. Where locking is unavailable (no fcntl, a file system refusing
+locks, a lock held past ``LOCK_TIMEOUT_S``), processes compile concurrently and the first rename wins.
+An entry that fails its integrity check (size + sha256 recorded in meta.json, ELF magic) is moved aside and rebuilt.
+A cache directory that cannot be written raises `CacheError` naming DG_JIT_CACHE_DIR when a kernel is missing;
+hits need no write access (a read-only, pre-filled cache works).
 """
+import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -13,7 +23,12 @@ import shutil
 import tempfile
 import time
 import uuid
-from typing import Callable, Optional, Tuple
+from typing import Callable, Iterator, Optional, Tuple
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locks, the rename race decides
+    fcntl = None
 
 from .paths import project_headers, project_include_dir
 
@@ -21,6 +36,7 @@ CUBIN = "kernel.cubin"
 META = "meta.json"
 SOURCE = "kernel.cu"
 _FORMAT = 1
+LOCK_TIMEOUT_S = 900.0  # longer than any compile; a holder stuck beyond it is ignored
 
 
 class CacheError(RuntimeError):
@@ -65,6 +81,52 @@ def cache_key(code: str, compiler_identity: str, flags, arch: str) -> str:
 class KernelCache:
     def __init__(self, root: str):
         self.root = os.path.join(root, "cache")
+        self.lock_root = os.path.join(root, "locks")
+
+    @contextlib.contextmanager
+    def lock(self, name: str, key: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[bool]:
+        """Hold the key's exclusive lock; yields whether it is held (False: no locking possible here)."""
+        fd = None
+        if fcntl is not None:
+            try:
+                os.makedirs(self.lock_root, exist_ok=True)
+                fd = os.open(os.path.join(self.lock_root, f"{name}.{key}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError:
+                fd = None
+        held = False
+        try:
+            if fd is not None:
+                deadline = time.monotonic() + timeout
+                delay = 0.005
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        held = True
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(delay)
+                        delay = min(delay * 2, 0.1)
+                    except OSError:
+                        break  # locks not supported by this file system
+            yield held
+        finally:
+            if fd is not None:
+                if held:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    def remove_leftovers(self, name: str, key: str) -> None:
+        """Temp/discarded directories of this key left by a killed writer; call only while holding the key's lock
+        (any live writer of the key would hold it)."""
+        for pattern in (f".tmp.{name}.{key}.*", f"{name}.{key}.bad.*"):
+            for path in glob.glob(os.path.join(glob.escape(self.root), pattern)):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.remove(path)
 
     def entry_dir(self, name: str, key: str) -> str:
         return os.path.join(self.root, f"{name}.{key}")
@@ -95,13 +157,17 @@ class KernelCache:
             os.rename(path, trash)
         except OSError:
             return  # someone else already moved or replaced it
-        shutil.rmtree(trash, ignore_errors=True)
+        if os.path.isdir(trash) and not os.path.islink(trash):
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(trash)
 
     def store(self, name: str, key: str, cubin: bytes, source: str, extra: dict) -> None:
         """Publish an entry atomically; if another process published first, keep theirs."""
         try:
             os.makedirs(self.root, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=f".tmp.{name}.", dir=self.root)
+            tmp = tempfile.mkdtemp(prefix=f".tmp.{name}.{key}.", dir=self.root)
         except OSError as e:
             raise CacheError(f"kernel cache directory {self.root!r} is not writable ({e}); "
                              f"set DG_JIT_CACHE_DIR to a writable directory") from e
@@ -140,10 +206,16 @@ class KernelCache:
 
 def get_or_build(cache: KernelCache, name: str, key: str, source: str,
                  build: Callable[[], Tuple[bytes, dict]]) -> Tuple[bytes, bool]:
-    """Return (cubin, was_cached)."""
+    """Return (cubin, was_cached). On a miss, compile under the key's lock (see the module docstring)."""
     cubin = cache.load(name, key)
     if cubin is not None:
         return cubin, True
-    cubin, extra = build()
-    cache.store(name, key, cubin, source, extra)
+    with cache.lock(name, key) as held:
+        if held:
+            cubin = cache.load(name, key)  # built by the holder we waited for
+            if cubin is not None:
+                return cubin, True
+            cache.remove_leftovers(name, key)
+        cubin, extra = build()
+        cache.store(name, key, cubin, source, extra)
     return cubin, False
