@@ -170,16 +170,17 @@ def _quant_blocks(groups: int, n: int, k: int, gen, device):
 
 DENSE_N = [1, 7, 24, 129, 576, 2112, 4100, 7168]
 DENSE_K = [16, 100, 200, 576, 2048, 7168]
-MAX_MACS = 1 << 35
+MAX_MACS = 1 << 35    # per problem: keeps the sweep's references quick
+MAX_ELEMENTS = 1 << 28  # rows x k of an operand: keeps its FP32 dequantised copy around 1 GB
 
 
-def _cap_rows(rows: int, per_row: int) -> int:
-    return max(1, min(rows, MAX_MACS // max(1, per_row)))
+def _cap_rows(rows: int, per_row: int, k: int) -> int:
+    return max(1, min(rows, MAX_MACS // max(1, per_row), MAX_ELEMENTS // max(1, k)))
 
 
 def sample_dense(rng: random.Random) -> dict:
     n, k = rng.choice(DENSE_N), rng.choice(DENSE_K)
-    return dict(m=_cap_rows(draw_rows(rng, 16384), n * k), n=n, k=k)
+    return dict(m=_cap_rows(draw_rows(rng, 16384), n * k, k), n=n, k=k)
 
 
 def build_dense(p: dict, device, seed: int) -> Case:
@@ -208,7 +209,7 @@ GROUPED_K = [16, 128, 576, 2048, 7168]
 def sample_contiguous(rng: random.Random) -> dict:
     n, k = rng.choice(GROUPED_N), rng.choice(GROUPED_K)
     groups = rng.choice([1, 2, 3, 4, 8, 16, 32, 64]) if rng.random() < 0.9 else rng.randint(1, 128)
-    budget = max(1, min(16384, MAX_MACS // (n * k)))
+    budget = max(1, min(16384, MAX_MACS // (n * k), MAX_ELEMENTS // k))
     sizes = [0 if rng.random() < 0.1 else draw_rows(rng, max(1, 2 * budget // groups)) for _ in range(groups)]
     return dict(sizes=sizes, n=n, k=k)
 
@@ -255,7 +256,7 @@ MASKED_N = [8, 24, 256, 2112, 4096, 7168]
 def sample_masked(rng: random.Random) -> dict:
     n, k = rng.choice(MASKED_N), rng.choice(GROUPED_K)
     groups = rng.choice([1, 2, 4, 8, 16, 32]) if rng.random() < 0.9 else rng.randint(1, 64)
-    budget = max(1, min(8192, MAX_MACS // (n * k * groups)))
+    budget = max(1, min(8192, MAX_MACS // (n * k * groups), MAX_ELEMENTS // (k * groups)))
     m_max = draw_rows(rng, budget)
     masked = []
     for _ in range(groups):
@@ -307,7 +308,7 @@ def _scale_form(s: torch.Tensor, form: str) -> torch.Tensor:
 def sample_wgrad(rng: random.Random) -> dict:
     n = rng.choice(WGRAD_N)
     k = rng.randint(1, 512) * 16 if rng.random() < 0.85 else rng.randint(1, 4000)
-    return dict(m=_cap_rows(draw_rows(rng, 16384), n * k), n=n, k=k, sa_form=rng.choice(SCALE_FORMS),
+    return dict(m=_cap_rows(draw_rows(rng, 16384), n * k, k), n=n, k=k, sa_form=rng.choice(SCALE_FORMS),
                 sb_form=rng.choice(SCALE_FORMS))
 
 
@@ -350,7 +351,7 @@ def sample_k_grouped(rng: random.Random) -> dict:
     groups = rng.choice([1, 2, 4, 8, 16]) if rng.random() < 0.9 else rng.randint(1, 130)
     ks = [0 if rng.random() < 0.1 else rng.randint(1, 256) * 16 for _ in range(groups)]
     rows = draw_rows(rng, 4096)
-    return dict(m=_cap_rows(rows, n * max(1, sum(ks))), n=n, ks=ks)
+    return dict(m=_cap_rows(rows, n * max(1, sum(ks)), max(1, sum(ks))), n=n, ks=ks)
 
 
 def build_k_grouped(p: dict, device, seed: int) -> Case:
