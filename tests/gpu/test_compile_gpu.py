@@ -46,7 +46,11 @@ def test_opcheck(spec):
     case = spec.build(spec.small, torch.device("cuda"), 11)
     (a, sa), (b, sb), out, *rest = case.args
     op = getattr(torch.ops.deep_gemm, spec.name).default
-    torch.library.opcheck(op, (a, sa, b, sb, out, *rest))
+    # test_schema is left out: it compares tensors with arithmetic that torch lacks for float8_e4m3fn.
+    result = torch.library.opcheck(op, (a, sa, b, sb, out, *rest),
+                                   test_utils=("test_faketensor", "test_autograd_registration",
+                                               "test_aot_dispatch_dynamic"))
+    assert all(v == "SUCCESS" for v in result.values()), result
 
 
 class TinyMoE(torch.nn.Module):
