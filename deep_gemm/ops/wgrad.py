@@ -52,13 +52,15 @@ def _check_device_and_aliasing(a: torch.Tensor, sa: torch.Tensor, b: torch.Tenso
 
 def _check_out_matrix(out: torch.Tensor, name: str) -> bool:
     """Whether `out` ([..., m, n] FP32, unit inner stride) can be a TMA reduce target as it is (16-byte aligned row
-    and group strides and base); otherwise the caller goes through an aligned temporary."""
+    and group strides and base, and n % 4 == 0: the TMA reduce writes whole 16-byte chunks, so a row ending inside
+    a chunk would also get the chunk's remaining elements rewritten, i.e. memory past the row, the next row's or
+    another tensor's); otherwise the caller goes through an aligned temporary."""
     n = out.shape[-1]
     if n > 1 and out.stride(-1) != 1:
         raise ValueError(f"{name} must have a contiguous inner dimension (stride(-1) == 1), got strides "
                          f"{out.stride()}")
     strides_ok = all(st % 4 == 0 for size, st in zip(out.shape[:-1], out.stride()[:-1]) if size > 1)
-    return strides_ok and out.data_ptr() % 16 == 0
+    return strides_ok and n % 4 == 0 and out.data_ptr() % 16 == 0
 
 
 def _run(out: torch.Tensor, out_name: str, build, device: torch.device) -> None:
