@@ -10,7 +10,7 @@ timeout 300 python tools/sanitize_driver.py $FAMILIES > "$OUTDIR/driver_plain.lo
     echo "driver failed without the sanitizer:"; tail -20 "$OUTDIR/driver_plain.log"; exit 1; }
 status=0
 for tool in memcheck racecheck synccheck; do
-    timeout 500 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
+    timeout ${SANITIZER_TIMEOUT:-500} compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
         python tools/sanitize_driver.py $FAMILIES > "$OUTDIR/sanitizer_${tool}.log" 2>&1
     rc=$?
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUTDIR/sanitizer_${tool}.log" | tail -1)

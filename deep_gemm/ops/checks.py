@@ -112,6 +112,8 @@ def rows_view(t: torch.Tensor, name: str) -> torch.Tensor:
     if t.dim() == 2:
         return t
     g, r, c = t.shape
+    if r == 1:
+        return t[:, 0]  # one row per group: the group stride is the row stride, whatever stride(1) says
     if g > 1 and r > 0 and t.stride(0) != r * t.stride(1):
         raise ValueError(f"{name} must stack its {g} groups uniformly (stride(0) == size(1) * stride(1)), got "
                          f"shape {tuple(t.shape)} and strides {t.stride()}")

@@ -109,3 +109,13 @@ def test_rows_view_needs_uniform_groups():
     with pytest.raises(ValueError, match="x must stack its 3 groups uniformly"):
         rows_view(gapped, "x")
     assert rows_view(torch.zeros((1, 5, 16))[:, :4], "x").shape == (4, 16)
+
+
+def test_rows_view_with_one_row_per_group_uses_the_group_stride():
+    """[G, 1, C] views of padded storage have an arbitrary stride(1); found by the random sweep (masked m_max = 1)."""
+    from deep_gemm.ops.checks import rows_view
+    buf = torch.zeros((4, 24))
+    t = buf[:, 8:16].view(4, 1, 8)
+    assert t.stride(0) != t.size(1) * t.stride(1)
+    rows = rows_view(t, "x")
+    assert rows.shape == (4, 8) and rows.stride() == (24, 1) and rows.data_ptr() == t.data_ptr()
