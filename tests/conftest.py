@@ -1,4 +1,5 @@
 import os
+import random
 import tempfile
 
 import pytest
@@ -9,6 +10,14 @@ import torch
 os.environ.setdefault("DG_JIT_PRECOMPILE", "0")
 if not os.environ.get("DG_JIT_CACHE_DIR"):
     os.environ["DG_JIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="deep_gemm_test_cache_")
+
+
+# The random sweep's fresh seed (tests/gpu/test_sweep_gpu.py), drawn here so that the session header reports it.
+os.environ.setdefault("DG_SWEEP_FRESH_SEED", str(random.SystemRandom().randrange(1 << 31)))
+
+
+def pytest_report_header(config):
+    return f"deep_gemm random sweep: fresh seed DG_SWEEP_FRESH_SEED={os.environ['DG_SWEEP_FRESH_SEED']}"
 
 
 def has_sm90() -> bool:

@@ -1,5 +1,7 @@
 # compute-sanitizer memcheck, racecheck and synccheck over every kernel family (tools/sanitize_driver.py).
 # Usage (on the GPU machine): bash tools/sanitize_all.sh OUTDIR [family ...]
+#   env TOOLS="memcheck racecheck synccheck" (default all three), SANITIZER_TIMEOUT=seconds per tool (default 500;
+#   racecheck of all families takes the longest)
 # Writes OUTDIR/sanitizer_<tool>.log and prints one summary line per tool; exit status 1 if any tool reported errors.
 OUTDIR=${1:-/tmp/dg_sanitizer}
 shift || true
@@ -9,7 +11,7 @@ FAMILIES=${*:+--family $*}
 timeout 300 python tools/sanitize_driver.py $FAMILIES > "$OUTDIR/driver_plain.log" 2>&1 || {
     echo "driver failed without the sanitizer:"; tail -20 "$OUTDIR/driver_plain.log"; exit 1; }
 status=0
-for tool in memcheck racecheck synccheck; do
+for tool in ${TOOLS:-memcheck racecheck synccheck}; do
     timeout ${SANITIZER_TIMEOUT:-500} compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
         python tools/sanitize_driver.py $FAMILIES > "$OUTDIR/sanitizer_${tool}.log" 2>&1
     rc=$?

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 FIXED_SEED = 20261121
 COUNT = int(os.environ.get("DG_SWEEP", "40"))
 FRESH_COUNT = int(os.environ.get("DG_SWEEP_FRESH", str(max(10, COUNT // 5))))
-FRESH_SEED = int(os.environ.get("DG_SWEEP_FRESH_SEED") or random.SystemRandom().randrange(1 << 31))
+FRESH_SEED = int(os.environ.get("DG_SWEEP_FRESH_SEED") or random.SystemRandom().randrange(1 << 31))  # see conftest
 
 FIXED = sweep_problems(COUNT, FIXED_SEED)
 FRESH = sweep_problems(FRESH_COUNT, FRESH_SEED)
