@@ -65,7 +65,19 @@ def _check_out_matrix(out: torch.Tensor, name: str) -> bool:
 
 def _run(out: torch.Tensor, out_name: str, build, device: torch.device) -> None:
     """Launch through `build(target) -> Operands`, adding into `out` directly when it is TMA-legal, else into an
-    aligned temporary holding a copy of out (then copied back: out is read once and written once either way)."""
+    aligned temporary holding a copy of out (then copied back: out is read once and written once either way).
+    Tensors off the current device: launched in their device's context, on its current stream."""
+    # NOTES: switching devices costs microseconds; only do it for tensors off the current device (without the
+    # switch the kernel ran in the current device's context on the other device's memory: wrong results, then an
+    # illegal address; found by tests/gpu/test_robustness_gpu.py::test_second_device).
+    if device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            _run_on_current(out, out_name, build, device)
+    else:
+        _run_on_current(out, out_name, build, device)
+
+
+def _run_on_current(out: torch.Tensor, out_name: str, build, device: torch.device) -> None:
     index = device.index
     num_sms, arch = get_num_sms(index), get_device_arch(index)
     if _check_out_matrix(out, out_name):
