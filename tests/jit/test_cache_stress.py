@@ -16,8 +16,8 @@ import pytest
 from deep_gemm import jit
 from deep_gemm.jit.cache import CUBIN, META, KernelCache
 
-from test_cache import (ARCH, REPO, build_key, cache_dir, default_toolchain, entries, seed_cache,  # noqa: F401
-                        seeded, subprocess_env)
+from test_cache import (ARCH, REPO, build_key, cache_dir, default_toolchain, entries, race,  # noqa: F401
+                        seed_cache, seeded, subprocess_env)
 
 # The set: one small kernel of each family (dense, masked grouped, weight gradient).
 SOURCES = textwrap.dedent("""
@@ -98,27 +98,7 @@ def _wait_for(path, proc, timeout=300):
 
 
 def test_sixteen_processes_one_compile_per_kernel(tmp_path, cache_dir):
-    num_procs = 16
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    go = tmp_path / "go"
-    readies = [tmp_path / f"ready.{i}" for i in range(num_procs)]
-    env = subprocess_env(cache_dir)
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(go)], env=env, cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in readies]
-    try:
-        deadline = time.time() + 300
-        while not all(r.exists() for r in readies) and time.time() < deadline:
-            time.sleep(0.05)
-        go.touch()
-        outputs = [p.communicate(timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    failures = [(p.returncode, err[-2000:]) for p, (_, err) in zip(procs, outputs) if p.returncode != 0]
-    assert not failures, failures
-    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    results = race(tmp_path, cache_dir, WORKER, 16)
     sources = _sources()
     cache = KernelCache(str(cache_dir))
     for s in sources:
