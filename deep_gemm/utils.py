@@ -33,6 +33,16 @@ def get_device_arch(device_index: int) -> str:
     return f"sm_{major}{minor}"
 
 
+def run_on_device(device: torch.device, fn: Callable, *args):
+    """fn(*args) with `device` current: kernels launch in the current context, so tensors off the current device
+    need a switch (without it the kernel ran in the wrong device's context). Switches only when needed: a switch
+    costs microseconds."""
+    if device.index == torch.cuda.current_device():
+        return fn(*args)
+    with torch.cuda.device(device):
+        return fn(*args)
+
+
 def set_num_sms(num_sms: int) -> None:
     """Cap the persistent grid at `num_sms` SMs (e.g. to leave SMs to communication kernels)."""
     global _num_sms_cap

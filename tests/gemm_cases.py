@@ -135,7 +135,7 @@ def _gen(device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def _rows_view(x: torch.Tensor, row_align_bytes: int = 16) -> torch.Tensor:
+def padded_rows(x: torch.Tensor, row_align_bytes: int = 16) -> torch.Tensor:
     """`x` [r, c] copied into storage whose row stride is a multiple of 16 bytes (a view; TMA needs it)."""
     r, c = x.shape
     per = row_align_bytes // x.element_size()
@@ -147,14 +147,14 @@ def _rows_view(x: torch.Tensor, row_align_bytes: int = 16) -> torch.Tensor:
     return store[:, :c]
 
 
-def _quant_rows(rows: int, k: int, gen, device):
+def quant_rows(rows: int, k: int, gen, device):
     """(e4m3 [rows, k], 1x128 scales, dequantised FP32, BF16 original)."""
     x = torch.randn((rows, k), device=device, generator=gen).to(torch.bfloat16)
     x8, s = deep_gemm.per_token_cast_to_fp8(x)
     return x8, s, dequant_per_token(x8, s), x
 
 
-def _quant_blocks(groups: int, n: int, k: int, gen, device):
+def quant_blocks(groups: int, n: int, k: int, gen, device):
     """B [G, n, k] e4m3 with 128x128 scales [G, ceil(n/128), ceil(k/128)], dequantised FP32, BF16 original."""
     b = torch.randn((groups, n, k), device=device, generator=gen).to(torch.bfloat16)
     b8 = torch.empty((groups, n, k), device=device, dtype=FP8)
@@ -186,7 +186,7 @@ def sample_dense(rng: random.Random) -> dict:
 def build_dense(p: dict, device, seed: int) -> Case:
     m, n, k = p["m"], p["n"], p["k"]
     gen = _gen(device, seed)
-    a8, sa, a_deq, a = _quant_rows(m, k, gen, device)
+    a8, sa, a_deq, a = quant_rows(m, k, gen, device)
     b = torch.randn((n, k), device=device, generator=gen).to(torch.bfloat16)
     b8, sb = deep_gemm.per_block_cast_to_fp8(b)
     ref = a_deq @ dequant_per_block(b8, sb).t()
@@ -197,7 +197,7 @@ def build_dense(p: dict, device, seed: int) -> Case:
         _assert_close(case.out, ref, ref_bf16, case.desc)
 
     return Case("gemm_fp8_fp8_bf16_nt", f"dense m={m} n={n} k={k}",
-                ((_rows_view(a8), sa), (_rows_view(b8), sb), g.out), g, checker)
+                ((padded_rows(a8), sa), (padded_rows(b8), sb), g.out), g, checker)
 
 
 # ---- m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
@@ -214,10 +214,10 @@ def sample_contiguous(rng: random.Random) -> dict:
     return dict(sizes=sizes, n=n, k=k)
 
 
-def build_contiguous(p: dict, device, seed: int) -> Case:
-    sizes, n, k = p["sizes"], p["n"], p["k"]
-    align = deep_gemm.get_m_alignment_for_contiguous_layout()
-    gen = _gen(device, seed)
+def contiguous_inputs(sizes, n: int, k: int, gen, device, align: Optional[int] = None):
+    """Experts' rows stacked, each segment padded to `align` (default: the library's) with index -1. Returns
+    (lhs, rhs, m_indices, FP32 reference, BF16 reference), padding rows 0 in both."""
+    align = align or deep_gemm.get_m_alignment_for_contiguous_layout()
     groups = len(sizes)
     padded = [(s + align - 1) // align * align for s in sizes]
     m = sum(padded)
@@ -227,9 +227,8 @@ def build_contiguous(p: dict, device, seed: int) -> Case:
         idx[start:start + s] = e
         start += pad
     m_indices = idx.to(device)
-    a8, sa, a_deq, a = _quant_rows(m, k, gen, device)
-    b8, sb, b_deq, b = _quant_blocks(groups, n, k, gen, device)
-    valid = (m_indices >= 0).unsqueeze(1).expand(m, n)
+    a8, sa, a_deq, a = quant_rows(m, k, gen, device)
+    b8, sb, b_deq, b = quant_blocks(groups, n, k, gen, device)
     ref = torch.zeros((m, n), device=device)
     ref_bf16 = torch.zeros((m, n), device=device)
     for e in range(groups):
@@ -237,6 +236,14 @@ def build_contiguous(p: dict, device, seed: int) -> Case:
         if rows.numel():
             ref[rows] = a_deq[rows] @ b_deq[e].t()
             ref_bf16[rows] = a[rows].float() @ b[e].float().t()
+    return (a8, sa), (b8, sb), m_indices, ref, ref_bf16
+
+
+def build_contiguous(p: dict, device, seed: int) -> Case:
+    sizes, n, k = p["sizes"], p["n"], p["k"]
+    lhs, rhs, m_indices, ref, ref_bf16 = contiguous_inputs(sizes, n, k, _gen(device, seed), device)
+    m = m_indices.numel()
+    valid = (m_indices >= 0).unsqueeze(1).expand(m, n)
     g = Guarded((m, n), torch.bfloat16, device)
 
     def checker(case: Case) -> None:
@@ -245,7 +252,7 @@ def build_contiguous(p: dict, device, seed: int) -> Case:
         _assert_close(case.out, ref, ref_bf16, case.desc)
 
     return Case("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", f"contiguous sizes={sizes} n={n} k={k}",
-                ((a8, sa), (b8, sb), g.out, m_indices), g, checker)
+                (lhs, rhs, g.out, m_indices), g, checker)
 
 
 # ---- m_grouped_gemm_fp8_fp8_bf16_nt_masked
@@ -267,13 +274,20 @@ def sample_masked(rng: random.Random) -> dict:
     return dict(groups=groups, m_max=m_max, n=n, k=k, masked=masked, expected_m=expected_m)
 
 
-def build_masked(p: dict, device, seed: int) -> Case:
-    groups, m_max, n, k = p["groups"], p["m_max"], p["n"], p["k"]
-    gen = _gen(device, seed)
-    a8, sa, a_deq, a = _quant_rows(groups * m_max, k, gen, device)
-    b8, sb, b_deq, b = _quant_blocks(groups, n, k, gen, device)
+def masked_inputs(groups: int, m_max: int, n: int, k: int, gen, device):
+    """(lhs [G, m_max, k], rhs, FP32 reference [G, m_max, n], BF16 reference) for every row (masking is the
+    caller's)."""
+    a8, sa, a_deq, a = quant_rows(groups * m_max, k, gen, device)
+    b8, sb, b_deq, b = quant_blocks(groups, n, k, gen, device)
     ref = torch.bmm(a_deq.view(groups, m_max, k), b_deq.transpose(1, 2))
     ref_bf16 = torch.bmm(a.float().view(groups, m_max, k), b.float().transpose(1, 2))
+    lhs = (a8.view(groups, m_max, k), sa.view(groups, m_max, -1))
+    return lhs, (b8, sb), ref, ref_bf16
+
+
+def build_masked(p: dict, device, seed: int) -> Case:
+    groups, m_max, n, k = p["groups"], p["m_max"], p["n"], p["k"]
+    lhs, rhs, ref, ref_bf16 = masked_inputs(groups, m_max, n, k, _gen(device, seed), device)
     masked_m = torch.tensor(p["masked"], dtype=torch.int32, device=device)
     rows = torch.arange(m_max, device=device).view(1, m_max)
     valid = rows < masked_m.clamp(0, m_max).view(groups, 1).long()
@@ -285,10 +299,9 @@ def build_masked(p: dict, device, seed: int) -> Case:
         assert bool(untouched[~valid].all()), f"{case.desc}: rows >= masked_m were written"
         _assert_close(case.out[valid], ref[valid], ref_bf16[valid], case.desc)
 
-    lhs = (a8.view(groups, m_max, k), sa.view(groups, m_max, -1))
     return Case("m_grouped_gemm_fp8_fp8_bf16_nt_masked",
                 f"masked G={groups} m_max={m_max} n={n} k={k} masked_m={p['masked'][:8]} expected_m={p['expected_m']}",
-                (lhs, (b8, sb), g.out, masked_m, p["expected_m"]), g, checker)
+                (lhs, rhs, g.out, masked_m, p["expected_m"]), g, checker)
 
 
 # ---- wgrad_gemm_fp8_fp8_fp32_nt
@@ -328,8 +341,8 @@ def _check_accumulated(case: Case, ref: torch.Tensor, ref_bf16: torch.Tensor, sk
 def build_wgrad(p: dict, device, seed: int) -> Case:
     m, n, k = p["m"], p["n"], p["k"]
     gen = _gen(device, seed)
-    a8, sa, a_deq, a = _quant_rows(m, k, gen, device)
-    b8, sb, b_deq, b = _quant_rows(n, k, gen, device)
+    a8, sa, a_deq, a = quant_rows(m, k, gen, device)
+    b8, sb, b_deq, b = quant_rows(n, k, gen, device)
     ref = a_deq @ b_deq.t()
     ref_bf16 = a.float() @ b.float().t()
     g = Guarded((m, n), torch.float32, device)
@@ -338,8 +351,8 @@ def build_wgrad(p: dict, device, seed: int) -> Case:
     def checker(case: Case) -> None:
         _check_accumulated(case, ref, ref_bf16)
 
-    lhs = (_rows_view(a8), _scale_form(sa, p["sa_form"]))
-    rhs = (_rows_view(b8), _scale_form(sb, p["sb_form"]))
+    lhs = (padded_rows(a8), _scale_form(sa, p["sa_form"]))
+    rhs = (padded_rows(b8), _scale_form(sb, p["sb_form"]))
     return Case("wgrad_gemm_fp8_fp8_fp32_nt", f"wgrad m={m} n={n} k={k} SA {p['sa_form']} SB {p['sb_form']}",
                 (lhs, rhs, g.out), g, checker)
 
@@ -354,17 +367,16 @@ def sample_k_grouped(rng: random.Random) -> dict:
     return dict(m=_cap_rows(rows, n * max(1, sum(ks)), max(1, sum(ks))), n=n, ks=ks)
 
 
-def build_k_grouped(p: dict, device, seed: int) -> Case:
-    m, n, ks = p["m"], p["n"], p["ks"]
-    gen = _gen(device, seed)
+def k_grouped_inputs(m: int, n: int, ks, gen, device):
+    """Flat A / B, stacked transposed scales, the FP32 reference [G, m, n] and the BF16 one (zeros for k_g = 0)."""
     a_parts, b_parts, sa_parts, sb_parts, refs, refs_bf16 = [], [], [], [], [], []
     for k in ks:
         if k == 0:
             refs.append(torch.zeros((m, n), device=device))
             refs_bf16.append(torch.zeros((m, n), device=device))
             continue
-        a8, sa, a_deq, a = _quant_rows(m, k, gen, device)
-        b8, sb, b_deq, b = _quant_rows(n, k, gen, device)
+        a8, sa, a_deq, a = quant_rows(m, k, gen, device)
+        b8, sb, b_deq, b = quant_rows(n, k, gen, device)
         a_parts.append(a8.view(-1))
         b_parts.append(b8.view(-1))
         sa_parts.append(sa.t())
@@ -376,7 +388,13 @@ def build_k_grouped(p: dict, device, seed: int) -> Case:
     b_flat = torch.cat(b_parts) if b_parts else empty8
     sa_t = torch.cat(sa_parts).contiguous() if sa_parts else torch.empty((0, m), device=device)
     sb_t = torch.cat(sb_parts).contiguous() if sb_parts else torch.empty((0, n), device=device)
-    ref, ref_bf16 = torch.stack(refs), torch.stack(refs_bf16)
+    return (a_flat, sa_t), (b_flat, sb_t), torch.stack(refs), torch.stack(refs_bf16)
+
+
+def build_k_grouped(p: dict, device, seed: int) -> Case:
+    m, n, ks = p["m"], p["n"], p["ks"]
+    gen = _gen(device, seed)
+    lhs, rhs, ref, ref_bf16 = k_grouped_inputs(m, n, ks, gen, device)
     empty = torch.tensor([k == 0 for k in ks], device=device)
     g = Guarded((len(ks), m, n), torch.float32, device)
     g.set_initial(torch.randn((len(ks), m, n), device=device, generator=gen))
@@ -385,7 +403,7 @@ def build_k_grouped(p: dict, device, seed: int) -> Case:
         _check_accumulated(case, ref, ref_bf16, skip=empty)
 
     return Case("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", f"k_grouped m={m} n={n} ks={ks}",
-                ((a_flat, sa_t), (b_flat, sb_t), g.out, list(ks)), g, checker)
+                (lhs, rhs, g.out, list(ks)), g, checker)
 
 
 # ---------------------------------------------------------------- registry

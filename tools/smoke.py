@@ -4,7 +4,7 @@ import time
 
 import torch
 
-sys.path.insert(0, "tests/gpu")
+sys.path[:0] = ["tests/gpu", "tests"]  # test_gemm_gpu imports tests/gemm_cases.py
 from test_gemm_gpu import GuardedOut, make_inputs  # noqa: E402
 
 import deep_gemm  # noqa: E402

@@ -12,7 +12,8 @@ import torch
 
 from ..heuristics.common import M_ALIGNMENT_CONTIGUOUS, KernelType, ceil_div
 from ..launchers import sm90_fp8_gemm_1d2d
-from ..utils import get_device_arch, get_num_sms, is_col_major_tma_aligned, on_num_sms_change, tma_ready_scales
+from ..utils import (get_device_arch, get_num_sms, is_col_major_tma_aligned, on_num_sms_change, run_on_device,
+                     tma_ready_scales)
 from . import checks
 
 __all__ = ["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
@@ -103,11 +104,7 @@ def _run(layout: _Layout, key, lhs, rhs, out, index) -> None:
     if sa_k is not sa or sb_k is not sb:  # converted copies: their own pointers
         sa, sb = sa_k, sb_k
         ptrs = (ptrs[0], sa.data_ptr(), ptrs[2], sb.data_ptr(), ptrs[4], ptrs[5])
-    if layout.device.index != torch.cuda.current_device():
-        with torch.cuda.device(layout.device):
-            _launch(layout, key, a, sa, b, sb, out, ptrs)
-    else:
-        _launch(layout, key, a, sa, b, sb, out, ptrs)
+    run_on_device(layout.device, _launch, layout, key, a, sa, b, sb, out, ptrs)
 
 
 def _launch(layout: _Layout, key, a, sa, b, sb, out, ptrs) -> None:

@@ -11,7 +11,8 @@ import torch
 from ..heuristics.common import ceil_div
 from ..launchers import sm90_fp8_wgrad_1d1d as launcher
 from ..launchers.tma import tma_row_stride
-from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size
+from ..utils import (get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size,
+                     run_on_device)
 from . import checks
 
 __all__ = ["wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"]
@@ -67,14 +68,9 @@ def _run(out: torch.Tensor, out_name: str, build, device: torch.device) -> None:
     """Launch through `build(target) -> Operands`, adding into `out` directly when it is TMA-legal, else into an
     aligned temporary holding a copy of out (then copied back: out is read once and written once either way).
     Tensors off the current device: launched in their device's context, on its current stream."""
-    # NOTES: switching devices costs microseconds; only do it for tensors off the current device (without the
-    # switch the kernel ran in the current device's context on the other device's memory: wrong results, then an
-    # illegal address; found by tests/gpu/test_robustness_gpu.py::test_second_device).
-    if device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            _run_on_current(out, out_name, build, device)
-    else:
-        _run_on_current(out, out_name, build, device)
+    # NOTES: without the switch the kernel ran in the current device's context on the other device's memory:
+    # wrong results, then an illegal address (found by tests/gpu/test_robustness_gpu.py::test_second_device).
+    run_on_device(device, _run_on_current, out, out_name, build, device)
 
 
 def _run_on_current(out: torch.Tensor, out_name: str, build, device: torch.device) -> None:

@@ -6,22 +6,12 @@ import torch
 
 import deep_gemm
 from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
+from gemm_cases import padded_rows
 
 pytestmark = pytest.mark.gpu
 
 DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048), (7168, 576)]
 POISON = -1  # int16 pattern 0xFFFF = a BF16 NaN
-
-
-def _padded_fp8(x: torch.Tensor, pad_to: int = 16) -> torch.Tensor:
-    """Copy an [r, c] FP8 tensor into storage whose row stride is a multiple of `pad_to` elements (a view)."""
-    r, c = x.shape
-    stride = (c + pad_to - 1) // pad_to * pad_to
-    if stride == c:
-        return x
-    store = torch.empty((r, stride), dtype=x.dtype, device=x.device)
-    store[:, :c] = x
-    return store[:, :c]
 
 
 def make_inputs(m: int, n: int, k: int, seed: int):
@@ -32,7 +22,7 @@ def make_inputs(m: int, n: int, k: int, seed: int):
     b_fp8, sb = deep_gemm.per_block_cast_to_fp8(b)
     ref = dequant_per_token(a_fp8, sa) @ dequant_per_block(b_fp8, sb).t()
     ref_bf16 = a.float() @ b.float().t()
-    return (_padded_fp8(a_fp8), sa), (_padded_fp8(b_fp8), sb), ref, ref_bf16
+    return (padded_rows(a_fp8), sa), (padded_rows(b_fp8), sb), ref, ref_bf16
 
 
 class GuardedOut:

@@ -5,24 +5,13 @@ import pytest
 import torch
 
 import deep_gemm
-from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
+from deep_gemm.testing import calc_diff
+from gemm_cases import contiguous_inputs, masked_inputs
 
 pytestmark = pytest.mark.gpu
 
 POISON = -1  # int16 0xFFFF = a BF16 NaN
 ALIGN = 128
-
-
-def _quant_b(num_groups: int, n: int, k: int, gen: torch.Generator):
-    """B [G, n, k] e4m3, SB [G, ceil(n/128), ceil(k/128)], the dequantised B [G, n, k] and the BF16 B."""
-    b = torch.randn((num_groups, n, k), device="cuda", generator=gen).to(torch.bfloat16)
-    b8 = torch.empty((num_groups, n, k), device="cuda", dtype=torch.float8_e4m3fn)
-    sb = torch.empty((num_groups, (n + 127) // 128, (k + 127) // 128), device="cuda")
-    deq = torch.empty((num_groups, n, k), device="cuda")
-    for g in range(num_groups):
-        b8[g], sb[g] = deep_gemm.per_block_cast_to_fp8(b[g])
-        deq[g] = dequant_per_block(b8[g], sb[g])
-    return b8, sb, deq, b
 
 
 class Guarded:
@@ -47,30 +36,9 @@ class Guarded:
 # ---------------------------------------------------------------- contiguous
 
 def make_contiguous(sizes, n: int, k: int, seed: int, align: int = ALIGN):
-    """Experts' rows stacked, each segment padded to `align` with -1. Returns lhs, rhs, m_indices and the FP32 and
-    BF16 references (padding rows 0)."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    num_groups = len(sizes)
-    padded = [(s + align - 1) // align * align for s in sizes]
-    m = sum(padded)
-    idx = torch.full((m,), -1, dtype=torch.int32)
-    start = 0
-    for g, (s, p) in enumerate(zip(sizes, padded)):
-        idx[start:start + s] = g
-        start += p
-    m_indices = idx.cuda()
-    a = torch.randn((m, k), device="cuda", generator=gen).to(torch.bfloat16)
-    a8, sa = deep_gemm.per_token_cast_to_fp8(a)
-    b8, sb, b_deq, b_bf16 = _quant_b(num_groups, n, k, gen)
-    a_deq = dequant_per_token(a8, sa)
-    ref = torch.zeros((m, n), device="cuda")
-    ref_bf16 = torch.zeros((m, n), device="cuda")
-    for g in range(num_groups):
-        rows = (m_indices == g).nonzero().squeeze(1)
-        if rows.numel():
-            ref[rows] = a_deq[rows] @ b_deq[g].t()
-            ref_bf16[rows] = a[rows].float() @ b_bf16[g].float().t()
-    return (a8, sa), (b8, sb), m_indices, ref, ref_bf16
+    """Experts' rows stacked, each segment padded to `align` with -1: lhs, rhs, m_indices and the FP32 and BF16
+    references (padding rows 0)."""
+    return contiguous_inputs(sizes, n, k, torch.Generator(device="cuda").manual_seed(seed), "cuda", align)
 
 
 def run_contiguous(sizes, n, k, seed, check_bf16=True):
@@ -210,15 +178,7 @@ def test_contiguous_cuda_graph():
 # ---------------------------------------------------------------- masked
 
 def make_masked(num_groups: int, m_max: int, n: int, k: int, seed: int):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn((num_groups * m_max, k), device="cuda", generator=gen).to(torch.bfloat16)
-    a8, sa = deep_gemm.per_token_cast_to_fp8(a)
-    a_deq = dequant_per_token(a8, sa).view(num_groups, m_max, k)
-    b8, sb, b_deq, b_bf16 = _quant_b(num_groups, n, k, gen)
-    ref = torch.bmm(a_deq, b_deq.transpose(1, 2))
-    ref_bf16 = torch.bmm(a.float().view(num_groups, m_max, k), b_bf16.float().transpose(1, 2))
-    lhs = (a8.view(num_groups, m_max, k), sa.view(num_groups, m_max, -1))
-    return lhs, (b8, sb), ref, ref_bf16
+    return masked_inputs(num_groups, m_max, n, k, torch.Generator(device="cuda").manual_seed(seed), "cuda")
 
 
 def check_masked(g: Guarded, masked_m: torch.Tensor, ref, ref_bf16=None, what=""):

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import deep_gemm
-from deep_gemm.testing import calc_diff, dequant_per_token
+from deep_gemm.testing import calc_diff
+from gemm_cases import k_grouped_inputs, quant_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -15,9 +16,7 @@ SENTINEL = 1234.5  # guard-band value around the FP32 outputs
 
 def _quant(rows: int, k: int, gen: torch.Generator):
     """(e4m3 [rows, k], scales [rows, ceil(k/128)], dequantised FP32, BF16 original)."""
-    x = torch.randn((rows, k), device="cuda", generator=gen).to(torch.bfloat16)
-    x8, s = deep_gemm.per_token_cast_to_fp8(x)
-    return x8, s, dequant_per_token(x8, s), x
+    return quant_rows(rows, k, gen, "cuda")
 
 
 class GuardedF32:
@@ -155,27 +154,7 @@ def test_wgrad_accumulates_and_is_deterministic():
 
 def make_k_grouped(m: int, n: int, ks, seed: int):
     """Flat A / B, stacked transposed scales, the FP32 reference [G, m, n] and the BF16 one."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    a_parts, b_parts, sa_parts, sb_parts, refs, refs_bf16 = [], [], [], [], [], []
-    for k in ks:
-        if k == 0:
-            refs.append(torch.zeros((m, n), device="cuda"))
-            refs_bf16.append(torch.zeros((m, n), device="cuda"))
-            continue
-        a8, sa, a_deq, a = _quant(m, k, gen)
-        b8, sb, b_deq, b = _quant(n, k, gen)
-        a_parts.append(a8.view(-1))
-        b_parts.append(b8.view(-1))
-        sa_parts.append(sa.t())
-        sb_parts.append(sb.t())
-        refs.append(a_deq @ b_deq.t())
-        refs_bf16.append(a.float() @ b.float().t())
-    empty8 = torch.empty(0, device="cuda", dtype=torch.float8_e4m3fn)
-    a_flat = torch.cat(a_parts) if a_parts else empty8
-    b_flat = torch.cat(b_parts) if b_parts else empty8
-    sa_t = torch.cat(sa_parts).contiguous() if sa_parts else torch.empty((0, m), device="cuda")
-    sb_t = torch.cat(sb_parts).contiguous() if sb_parts else torch.empty((0, n), device="cuda")
-    return (a_flat, sa_t), (b_flat, sb_t), torch.stack(refs), torch.stack(refs_bf16)
+    return k_grouped_inputs(m, n, ks, torch.Generator(device="cuda").manual_seed(seed), "cuda")
 
 
 def run_k_grouped(m: int, n: int, ks, seed: int, check_bf16: bool = True):
