@@ -8,7 +8,9 @@ from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType
 
 SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
 BLOCK_K = 128               # = the scale granularity along K
-MAX_STAGES = 8
+# NOTES: only narrow tiles reach this cap (128x128 fits 6 stages); at m <= 128 the kernel streams B with little
+# work per stage, and 16 stages kept 64x4096x7168 at 13.5 us against 14.7 with 8 (H200, benchmarks/NOTES.md).
+MAX_STAGES = 16
 BLOCK_NS = tuple(range(16, 129, 8)) + (144, 160, 192)
 MULTICAST_MIN_M = 512
 # Shared-memory bytes per clock of one SM, and dense FP8 FLOPs per clock of one SM (Hopper).

@@ -184,13 +184,32 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     } else {
         // ================= Math warpgroups =================
         warpgroup_reg_alloc<kNumMathWGs == 1 ? 248 : 232>();
-        const uint32_t math_wg = threadIdx.x / 128;
+        // NOTES: shuffled so that the compiler knows it is warp-uniform: everything derived from it (descriptors,
+        // stage addresses) then lives in uniform registers instead of being moved there (R2UR) per WGMMA.
+        const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
         const uint32_t warp_row = (warp_idx % 4) * 16;  // the warp's first row inside a 64-row WGMMA tile
         const uint32_t lane_row = lane_idx / 4;          // this thread's rows: lane_row and lane_row + 8
+        // Descriptor low words of this warpgroup's first A sub-tile and of B, in stage 0 (see mma.cuh), and the
+        // 32-bit shared address of this thread's first SA entry in stage 0.
+        const uint32_t a_desc_lo =
+            __shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(smem_a) + math_wg * WGMMA::M * kBlockK), 0);
+        const uint32_t b_desc_lo = __shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(smem_b)), 0);
+        const uint32_t sa_addr = smem_u32(smem_sa) + (math_wg * WGMMA::M + warp_row + lane_row) * 4;
 
-        const float* tile_sb = nullptr;  // this tile's RHS scales (set per tile below)
+        uint32_t tile_sb_addr = 0;  // shared address of this tile's RHS scales (set per tile below)
         // Stage pieces shared by both K loops below.
         auto wait_full = [&](uint32_t stage, uint32_t phase) { full_barriers[stage].wait(phase); };
+        // RHS scales of K block k_block for the tile's first and (if it straddles) second 128-wide scale block.
+        // NOTES: this warpgroup wrote them itself (store_sb), so they are read before the stage's full-barrier
+        // wait, once per K block for all sub-tiles.
+        struct RhsScales {
+            float b0, b1;
+        };
+        auto load_sb = [&](uint32_t k_block) {
+            const float sb0 = ld_shared_f32(tile_sb_addr + k_block * 4);
+            const float sb1 = kMayStraddle ? ld_shared_f32(tile_sb_addr + (kNumKBlocks + k_block) * 4) : sb0;
+            return RhsScales{sb0, sb1};
+        };
         // Promotion multipliers SA(row) * SB(scale block, k block) of this thread's rows (lane_row and
         // lane_row + 8 of its warp) in sub-tile s, for the tile's first and (if it straddles) second RHS scale
         // block. NOTES: loaded before the K block's WGMMAs are issued so that neither the shared-memory latency
@@ -198,26 +217,21 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         struct Scales {
             float lo0, hi0, lo1, hi1;
         };
-        auto load_scales = [&](uint32_t stage, uint32_t s, uint32_t k_block) {
-            const float* sa_stage = smem_sa + stage * BLOCK_M + (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row;
-            const float sa_lo = ld_shared(sa_stage + lane_row);
-            const float sa_hi = ld_shared(sa_stage + lane_row + 8);
-            const float sb0 = ld_shared(tile_sb + k_block);
-            const float sb1 = kMayStraddle ? ld_shared(tile_sb + kNumKBlocks + k_block) : sb0;
-            return Scales{sa_lo * sb0, sa_hi * sb0, sa_lo * sb1, sa_hi * sb1};
+        auto load_scales = [&](uint32_t stage, uint32_t s, const RhsScales& sb) {
+            const uint32_t sa_stage = sa_addr + (stage * BLOCK_M + s * kNumMathWGs * WGMMA::M) * 4;
+            const float sa_lo = ld_shared_f32(sa_stage);
+            const float sa_hi = ld_shared_f32(sa_stage + 8 * 4);
+            return Scales{sa_lo * sb.b0, sa_hi * sb.b0, sa_lo * sb.b1, sa_hi * sb.b1};
         };
         // Issue (not wait for) the four k32 WGMMAs of one 128-wide K block of sub-tile s into acc.
         auto issue_mma = [&](uint32_t stage, uint32_t s, float* acc) {
-            const uint8_t* tile_a = smem_a + stage * kSmemABytes + (s * kNumMathWGs + math_wg) * WGMMA::M * kBlockK;
-            const uint8_t* tile_b = smem_b + stage * kSmemBBytes;
+            const uint32_t a_lo = a_desc_lo + (stage * kSmemABytes + s * kNumMathWGs * WGMMA::M * kBlockK) / 16;
+            const uint32_t b_lo = b_desc_lo + stage * (kSmemBBytes / 16);
             #pragma unroll
             for (uint32_t i = 0; i < kNumAccum; ++i)
                 wgmma_fence_operand(acc[i]);
             wgmma_fence();
-            #pragma unroll
-            for (uint32_t k = 0; k < kBlockK / WGMMA::K; ++k)
-                WGMMA::mma(make_kmajor_sw128_desc(tile_a + k * WGMMA::K), make_kmajor_sw128_desc(tile_b + k * WGMMA::K),
-                           acc, k > 0);
+            WGMMA::template mma_k_block<kBlockK>(a_lo, b_lo, acc);
             wgmma_commit_group();
             #pragma unroll
             for (uint32_t i = 0; i < kNumAccum; ++i)
@@ -290,7 +304,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         }
         while (has_tile) {
             const uint32_t n_start = tile.n_block * BLOCK_N;
-            tile_sb = wg_sb + sb_buf * kNumSBPerTile;
+            tile_sb_addr = smem_u32(wg_sb + sb_buf * kNumSBPerTile);
             Tile next_tile;
             const bool has_next = scheduler.next(next_tile);
             float next_sb[kSBPerThread];
@@ -328,8 +342,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     uint32_t cur_stage = 0;
                     // Put K block k_block's WGMMAs in flight into partial buffer `buf` (with its scales).
                     auto issue_next = [&](auto buf, uint32_t k_block) {
+                        const RhsScales sb = load_sb(k_block);
                         wait_full(stage, phase);
-                        scales[decltype(buf)::value] = load_scales(stage, 0, k_block);
+                        scales[decltype(buf)::value] = load_scales(stage, 0, sb);
                         issue_mma(stage, 0, partial[decltype(buf)::value]);
                         cur_stage = stage;
                         advance_stage<kNumStages>(stage, phase);
@@ -374,10 +389,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
                     #pragma unroll 4
                     for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
+                        const RhsScales sb = load_sb(k_block);
                         wait_full(stage, phase);
                         #pragma unroll
                         for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                            const Scales scales = load_scales(stage, s, k_block);
+                            const Scales scales = load_scales(stage, s, sb);
                             issue_mma(stage, s, partial[0]);
                             wgmma_wait_group<0>();
                             if (s + 1 == kNumSubTiles)

@@ -9,13 +9,23 @@ namespace deep_gemm::sm90 {
 // by TMA with 128-byte swizzling (one swizzle atom = 8 rows x 128 B = 1024 B).
 // NOTES: bits [0, 14) start address >> 4; [16, 30) leading byte offset >> 4 (unused for swizzled K-major);
 // [32, 46) stride byte offset >> 4 = distance between 8-row groups; [62, 64) layout 1 = 128-byte swizzle.
-// Moving to the next 32-wide K slice adds 32 B to the start address; the base offset stays 0 because every tile
-// starts 1024-byte aligned.
-__device__ __forceinline__ uint64_t make_kmajor_sw128_desc(const void* smem_ptr) {
-    const uint64_t start = (smem_u32(smem_ptr) >> 4) & 0x3fff;
-    constexpr uint64_t kStrideByteOffset = 1024 >> 4;
-    constexpr uint64_t kLayoutSwizzle128B = 1;
-    return start | (kStrideByteOffset << 32) | (kLayoutSwizzle128B << 62);
+// Only the low word differs between tiles: moving to the next 32-wide K slice adds 32 B to the start address, and
+// the base offset stays 0 because every tile starts 1024-byte aligned. So callers keep the low word of their
+// tile's first stage (kmajor_sw128_desc_lo of a warp-uniform 32-bit shared address) and add compile-time or
+// uniform offsets per WGMMA. Rebuilding the descriptor from a pointer per WGMMA cost ~55 vector-ALU instructions
+// and 16 R2UR per K block on the math warps' critical path (64-bit arithmetic under NVRTC; PERF_GAP.md §3).
+__device__ __forceinline__ uint32_t kmajor_sw128_desc_lo(uint32_t smem_addr) {
+    // Shared addresses stay below 2^18 (228 KiB), so the start address fits its 14 bits without a mask.
+    return smem_addr >> 4;
+}
+
+__device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t desc_lo) {
+    constexpr uint32_t kStrideByteOffset = 1024 >> 4;
+    constexpr uint32_t kLayoutSwizzle128B = 1;
+    constexpr uint32_t kHi = kStrideByteOffset | (kLayoutSwizzle128B << 30);
+    uint64_t desc;
+    asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(desc_lo), "n"(kHi));
+    return desc;
 }
 
 // WGMMA ordering. A batch of WGMMAs is: fence the accumulators, `wgmma_fence`, issue, `wgmma_commit_group`; its
@@ -56,6 +66,15 @@ struct FP8WGMMA {
     // d[kNumAccum] (+)= A[64 x 32] * B[BLOCK_N x 32]^T
     __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, float* d, bool accumulate) {
         WGMMAE4M3<BLOCK_N>::mma(desc_a, desc_b, d, accumulate);
+    }
+
+    // d = A[64 x 128] * B[BLOCK_N x 128]^T over one 128-wide K block: kBlockK / K WGMMAs on the tiles whose
+    // descriptor low words are a_lo and b_lo (see kmajor_sw128_desc_lo). Issues only; fencing is the caller's.
+    template <uint32_t kBlockK>
+    __device__ __forceinline__ static void mma_k_block(uint32_t a_lo, uint32_t b_lo, float* d) {
+        #pragma unroll
+        for (uint32_t k = 0; k < kBlockK / K; ++k)
+            mma(kmajor_sw128_desc(a_lo + k * K / 16), kmajor_sw128_desc(b_lo + k * K / 16), d, k > 0);
     }
 };
 
