@@ -46,7 +46,9 @@ setup(
         "cuda-bindings>=13.0.3,<13.4",
         "cuda-toolkit[nvrtc]>=13.0.3,<13.1",
     ],
-    extras_require={"test": ["pytest>=7", "numpy"]},
+    # NOTES: cuobjdump (+ the nvdisasm it runs) for tests/jit/test_codegen_budget.py, which counts the kernels' SASS;
+    # there is no 13.0 wheel of either, 13.2.51 is the oldest (it prints the same SASS as 13.5.37).
+    extras_require={"test": ["pytest>=7", "numpy", "nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51"]},
     ext_modules=[FAST_PATH],
     cmdclass={"build_py": BuildPyWithHeaders},
     zip_safe=False,

@@ -1,0 +1,100 @@
+"""Main-loop code generation of the sm90 kernels, no GPU needed: compile with NVRTC (the shipped path), disassemble
+with cuobjdump and measure the steady-state K loop per K block per math warp (deep_gemm/jit/sass.py; the definition
+of shared/PERF_GAP.md §3). Run with -s to see the measured numbers."""
+import pytest
+
+from deep_gemm.heuristics import KernelType
+from deep_gemm.heuristics.sm90 import build_sm90_config
+from deep_gemm.heuristics.sm90_wgrad import build_wgrad_config, group_capacity
+from deep_gemm.jit import sass
+from deep_gemm.jit.compiler import NVRTCCompiler
+from deep_gemm.launchers import sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d
+
+ARCH = "sm_90a"
+
+# Instructions per K block per math warp in the main loop, at most.
+# NOTES: each is the value measured on the headers of 4502048 (the same on dc4a5fd, uniform WGMMA descriptors) + ~3%
+# slack; cuobjdump/nvdisasm 13.2.51 and 13.5.37 print the same SASS. Tighten them after a main-loop rewrite lands
+# (PERF_GAP.md §3: DeepGEMM's own loop is 191.8 at 256x128 and 140.8 at 128x192).
+BUDGETS = {
+    "dense-256x128-mcA": 203.0,         # measured 197.25 (4 K blocks per body)
+    "dense-128x192": 138.5,             # measured 134.50 (4 K blocks per body, first of 2 straddle cases)
+    "dense-128x128-overlap": 116.5,     # measured 113.00 (a chunk of 8 K blocks per body)
+    "contiguous-128x192-mcA": 139.5,    # measured 135.50 (4 K blocks per body, first of 2 straddle cases)
+    "wgrad-256x112": 320.5,             # measured 311.00 (1 K block per body)
+}
+
+
+def _instantiations():
+    """name -> (KernelSource, config)."""
+    def dense(m, n, k, block_m, block_n, multicast=1, kind=KernelType.NORMAL):
+        config = build_sm90_config(m, n, k, block_m, block_n, 132, multicast, True)
+        return sm90_fp8_gemm_1d2d.kernel_source(n, k, config, kind), config
+
+    wgrad_config = build_wgrad_config(16384, 7168, 1, 256, 112, 132)
+    return {
+        # The heuristic's pick for 4096x7168x16384: two math warpgroups x two 64-row sub-tiles, A multicast.
+        "dense-256x128-mcA": dense(4096, 7168, 16384, 256, 128, 2),
+        # The heuristic's pick for 4096x2112x7168: one sub-tile per warpgroup, tiles straddle RHS scale blocks.
+        "dense-128x192": dense(4096, 2112, 7168, 128, 192),
+        # One sub-tile with BLOCK_N <= 128: promotion overlapped with the next K block, chunks of 8 K blocks.
+        "dense-128x128-overlap": dense(4096, 7168, 16384, 128, 128),
+        # The heuristic's pick for 8 experts x 4096 rows, n = 4096, k = 7168.
+        "contiguous-128x192-mcA": dense(8 * 4096, 4096, 7168, 128, 192, 2, KernelType.M_GROUPED_CONTIGUOUS),
+        # The wgrad heuristic's pick for 16384x7168 (k = 4096): two sub-tiles per warpgroup, preloaded column scales.
+        "wgrad-256x112": (sm90_fp8_wgrad_1d1d.kernel_source(7168, wgrad_config, group_capacity(1)), wgrad_config),
+    }
+
+
+INSTANTIATIONS = _instantiations()
+
+
+def test_every_instantiation_has_a_budget():
+    assert sorted(BUDGETS) == sorted(INSTANTIATIONS)
+
+
+@pytest.fixture(scope="module", params=sorted(INSTANTIATIONS))
+def loops(request):
+    """(name, main loop, every innermost loop with MMAs) of one instantiation, compiled once per module."""
+    tool = sass.find_cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump/nvdisasm not found (pip install the `test` extra: nvidia-cuda-cuobjdump, "
+                    "nvidia-cuda-nvdisasm)")
+    name = request.param
+    source, config = INSTANTIATIONS[name]
+    cubin = NVRTCCompiler().compile(source.code(), ARCH).cubin
+    instructions = sass.pick_function(sass.disassemble(cubin, tool), "_impl")
+    per_k_block = sass.mmas_per_k_block(config)
+    main = sass.main_loop(instructions, per_k_block)
+    every = sass.mma_loops(instructions, per_k_block)
+    print(f"\n[{name}] {config}")
+    for loop in every:
+        print(f"[{name}] {loop.summary()}; R2UR {loop.count('R2UR')}")
+    print(f"[{name}] main loop 0x{main.start:x} (the first with the most MMAs), budget {BUDGETS[name]}:")
+    print(main.format())
+    return name, main, every
+
+
+def test_main_loop_covers_whole_k_blocks(loops):
+    _, main, _ = loops
+    assert main.num_mma % main.mmas_per_k_block == 0 and main.k_blocks >= 1, main.summary()
+
+
+def test_instructions_per_k_block_within_budget(loops):
+    name, main, _ = loops
+    assert main.per_k_block <= BUDGETS[name], f"{name} over its budget {BUDGETS[name]}:\n{main.format(full=True)}"
+
+
+def test_no_r2ur_in_main_loop(loops):
+    # NOTES: an R2UR in the loop means an address the WGMMA descriptor or a barrier needs was computed in vector
+    # registers (PERF_GAP.md §3.2); it lengthens the DEPBAR -> next QGMMA path.
+    name, _, every = loops
+    for loop in every:
+        assert loop.count("R2UR") == 0, f"{name}: R2UR in the main loop\n{loop.format(full=True)}"
+
+
+def test_no_local_memory_in_main_loop(loops):
+    # Register spills are tolerated outside the K loop (tests/jit/test_compile_wgrad.py), never inside it.
+    name, _, every = loops
+    for loop in every:
+        assert loop.count("LDL", "STL") == 0, f"{name}: local-memory traffic in the main loop\n{loop.format(True)}"
