@@ -53,9 +53,9 @@ constexpr uint32_t fp8_gemm_smem_size() {
 // (masked), MN-major. `grouped_layout` is m_indices (contiguous) or masked_m (masked), `num_groups` = G.
 // `d` / `d_row_stride` (elements) address D for the stores a TMA box cannot make (masked partial tiles).
 // Split-K (kNumSplits > 1, dense only): the kNumSplits CTAs of a cluster compute one tile, CTA r over the r-th slice
-// of K; each sends the FP32 partial sums of tile rows [r, r + 1) * 64 / kNumSplits to CTA r over distributed shared
-// memory, and CTA r sums them in rank order (a fixed order: results are bitwise reproducible) and stores those rows
-// (D's TMA box is 64 / kNumSplits rows).
+// of K; each publishes its FP32 partial tile in its shared memory, and CTA r sums the partials of tile rows
+// [r, r + 1) * 64 / kNumSplits over distributed shared memory in rank order (a fixed order: results are bitwise
+// reproducible) and stores those rows (D's TMA box is 64 / kNumSplits rows).
 template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
           uint32_t kNumStages, uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize,
           uint32_t kNumSplits>
@@ -127,7 +127,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_d = smem;                                                          // D tile, see Epilogue
-    // Split-K: the partial sums this CTA receives for its rows (see reduce_split_k).
+    // Split-K partial tile: [BLOCK_N / 8 chunks of 4 accumulators][128 threads][4] fp32, in WGMMA fragment order.
     uint8_t* smem_partial = smem + kSmemDBytes;
     uint8_t* smem_a = smem_partial + kSmemPartialBytes;                              // [stages][BLOCK_M, 128]
     uint8_t* smem_b = smem_a + kNumStages * kSmemABytes;                             // [stages][BLOCK_N, 128]
@@ -322,45 +322,34 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             }
         };
 
-        // Split-K: send each row's partial sums to the CTA that owns the row (tile rows [r, r + 1) *
-        // kRowsPerSplit belong to CTA r), then sum the received partials of the own rows in rank order, leaving
-        // them in acc. This thread's rows: warp_row + lane_row + 8h, accumulators acc[4c + 2h + {0, 1}].
-        // Receive buffer of each CTA: [source rank][BLOCK_N / 8 chunks][kRowsPerSplit rows][8 columns] fp32.
+        // Split-K: publish this CTA's partial tile, then sum the cluster's partials of the rows this CTA owns
+        // (rank order), leaving them in acc. Rows of warp w: 16w + lane_row + {0, 8} (accumulators (i / 2) % 2).
         uint32_t partial_phase = 0;
         auto reduce_split_k = [&](float* acc) {
-            constexpr uint32_t kNumChunks = kNumAccum / 4;
-            auto slot = [&](uint32_t src, uint32_t c, uint32_t h) {
-                const uint32_t local_row = (warp_row + lane_row + h * 8) % kRowsPerSplit;
-                return smem_u32(smem_partial) +
-                       (((src * kNumChunks + c) * kRowsPerSplit + local_row) * 8 + (lane_idx % 4) * 2) * 4;
-            };
-            // The owners must have read this thread's previous partials before they are overwritten.
+            const uint32_t slot = smem_u32(smem_partial) + wg_thread * 16;  // + chunk * 128 * 16
+            // Every peer must have read this CTA's previous partial before it is overwritten.
             if (partial_phase > 0)
                 partial_consumed->wait_acquire_cluster((partial_phase - 1) & 1);
             #pragma unroll
-            for (uint32_t h = 0; h < 2; ++h) {
-                const uint32_t owner = (warp_row + h * 8) / kRowsPerSplit;
-                #pragma unroll
-                for (uint32_t c = 0; c < kNumChunks; ++c)
-                    st_shared_cluster_v2_f32(slot(split_rank, c, h), owner, acc[c * 4 + h * 2], acc[c * 4 + h * 2 + 1]);
-            }
+            for (uint32_t c = 0; c < kNumAccum / 4; ++c)
+                st_shared_v4_f32(slot + c * 128 * 16, acc[c * 4 + 0], acc[c * 4 + 1], acc[c * 4 + 2], acc[c * 4 + 3]);
             __syncwarp();
             if (lane_idx < kNumSplits)
-                partial_ready->arrive_release_cluster(lane_idx);
+                partial_ready[0].arrive_release_cluster(lane_idx);
             partial_ready->wait_acquire_cluster(partial_phase & 1);
             #pragma unroll
             for (uint32_t h = 0; h < 2; ++h) {
                 if ((warp_row + h * 8) / kRowsPerSplit != split_rank)
                     continue;  // another CTA's rows (warp-uniform)
                 #pragma unroll
-                for (uint32_t c = 0; c < kNumChunks; ++c) {
+                for (uint32_t c = 0; c < kNumAccum / 4; ++c) {
                     float x = 0, y = 0;
                     #pragma unroll
-                    for (uint32_t src = 0; src < kNumSplits; ++src) {
-                        float sx, sy;
-                        ld_shared_v2_f32(slot(src, c, h), sx, sy);
-                        x = src == 0 ? sx : x + sx;
-                        y = src == 0 ? sy : y + sy;
+                    for (uint32_t q = 0; q < kNumSplits; ++q) {
+                        float qx, qy;
+                        ld_shared_cluster_v2_f32(slot + c * 128 * 16 + h * 8, q, qx, qy);
+                        x = q == 0 ? qx : x + qx;
+                        y = q == 0 ? qy : y + qy;
                     }
                     acc[c * 4 + h * 2 + 0] = x;
                     acc[c * 4 + h * 2 + 1] = y;
@@ -368,7 +357,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             }
             __syncwarp();
             if (lane_idx < kNumSplits)
-                partial_consumed->arrive_release_cluster(lane_idx);
+                partial_consumed[0].arrive_release_cluster(lane_idx);
             ++partial_phase;
         };
 
