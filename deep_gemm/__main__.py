@@ -85,7 +85,6 @@ def cmd_compile(args) -> int:
                 continue
             print(f"{'cached ' if cached else 'built  '} m={m} n={n} k={k} block={config.block_m}x{config.block_n} "
                   f"stages={config.num_stages} multicast={config.num_multicast}{'A' if config.multicast_on_a else 'B'} "
-                  f"splits={config.num_splits} "
                   f"sms={config.num_sms} in {secs:.2f} s")
     print(f"{len(work) - failures} kernels ready, {failures} failed, {time.perf_counter() - start:.1f} s total "
           f"(cache: {read_env().jit_cache_dir})")

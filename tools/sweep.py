@@ -18,16 +18,12 @@ from deep_gemm.launchers import sm90_fp8_gemm_1d2d
 from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequant_per_token
 
 
-def candidates(m, n, k, bms, bns, sms, max_stages=MAX_STAGES, multicasts=("1", "2A", "2B"), splits=(1,)):
+def candidates(m, n, k, bms, bns, sms, max_stages=MAX_STAGES, multicasts=("1", "2A", "2B")):
     out = []
     for bm in bms:
         for bn in bns:
             if bm == 256 and bn > 128:
                 continue
-            for num_splits in splits:
-                # split-K: dense 64-row tiles without multicast, and every split gets the same K blocks
-                if num_splits > 1 and bm == 64 and ceil_div(k, 128) % num_splits == 0:
-                    out.append(build_sm90_config(m, n, k, bm, bn, sms, num_splits=num_splits))
             for spec in multicasts:
                 mc, on_a = int(spec[0]), spec[1:] != "B"
                 # A cluster's tiles share the multicast operand's block: the other dimension's blocks must split
@@ -52,14 +48,13 @@ def main():
     p.add_argument("--num-tests", type=int, default=15)
     p.add_argument("--max-stages", type=int, nargs="*", default=[MAX_STAGES], help="also try shallower pipelines")
     p.add_argument("--mc", nargs="*", default=["1", "2A", "2B"], help="multicasts: 1, 2A, 2B, 4A, 8A")
-    p.add_argument("--splits", type=int, nargs="*", default=[1], help="split-K degrees to try besides 1: 2 4 8")
     args = p.parse_args()
     sms = deep_gemm.get_num_sms()
     work = []
     for s in args.shapes:
         m, n, k = (int(v) for v in s.split("x"))
         for max_stages in args.max_stages:
-            for cfg in candidates(m, n, k, args.bm, args.bn, sms, max_stages, args.mc, args.splits):
+            for cfg in candidates(m, n, k, args.bm, args.bn, sms, max_stages, args.mc):
                 work.append((m, n, k, cfg))
     with ProcessPoolExecutor(16) as pool:
         list(pool.map(_build, [(n, k, c) for _, n, k, c in work]))
@@ -81,9 +76,9 @@ def main():
         fn()
         diff = calc_diff(out, ref)
         kernel = jit.load(sm90_fp8_gemm_1d2d.kernel_source(n, k, cfg), "sm_90a", cfg.num_threads, cfg.smem_size)
-        fit = kernel.max_active_clusters(torch.cuda.current_device(), cfg.num_sms, cfg.cluster_size)
+        fit = kernel.max_active_clusters(torch.cuda.current_device(), cfg.num_sms, cfg.num_multicast)
         t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=args.num_tests)
-        mc = f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}" + (f" splitK{cfg.num_splits}" if cfg.num_splits > 1 else "")
+        mc = f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
         print(f"  {cfg.block_m}x{cfg.block_n} st{cfg.num_stages} mc{mc} sms{cfg.num_sms} fit{fit}: {t * 1e6:8.1f} us "
               f"{2 * m * n * k / t / 1e12:6.0f} TFLOPS diff {diff:.1e}", flush=True)
 

@@ -59,18 +59,10 @@ class GemmConfig:
     num_sms: int            # persistent grid size
     smem_size: int
     num_threads: int
-    num_splits: int = 1     # split-K: CTAs of a cluster sharing one tile, each over a slice of K (1, 2, 4 or 8)
 
     def __post_init__(self):
-        if self.num_multicast > 1 and self.num_splits > 1:
-            raise ValueError("a cluster either multicasts or splits K, not both")
-        if self.num_sms % self.cluster_size != 0:
+        if self.num_sms % self.num_multicast != 0:
             raise ValueError("the grid must be a multiple of the cluster size")
-
-    @property
-    def cluster_size(self) -> int:
-        """CTAs per cluster (launch attribute)."""
-        return self.num_multicast * self.num_splits
 
 
 def num_waves(num_tiles: int, num_sms: int) -> int:

@@ -45,16 +45,14 @@ def swizzle_d_bytes(block_n: int) -> int:
     return 0
 
 
-def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, num_splits: int = 1) -> int:
+def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int) -> int:
     """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality)."""
     num_k_blocks = ceil_div(k, BLOCK_K)
-    # D tile, then (split-K) the FP32 partial tile
-    d = align(block_m * block_n * 2, 1024) + (block_m * block_n * 4 if num_splits > 1 else 0)
+    d = align(block_m * block_n * 2, 1024)
     stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
     # RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32
     sb = align(num_math_threads(block_m) // 128 * 2 * num_k_blocks * (2 if may_straddle(block_n) else 1) * 4, 8)
-    # barriers: full + empty per stage, split-K partial-ready + partial-consumed
-    return d + num_stages * stage + sb + num_stages * 2 * 8 + (2 * 8 if num_splits > 1 else 0)
+    return d + num_stages * stage + sb + num_stages * 2 * 8
 
 
 def _legal_block(block_m: int, block_n: int) -> bool:
@@ -194,35 +192,26 @@ def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[
     return best
 
 
-def cluster_sms(num_sms: int, cluster: int) -> int:
-    """SMs that clusters of `cluster` CTAs (one per SM) can occupy at once.
-    NOTES: measured on the H200 (cuOccupancyMaxActiveClusters): 66 clusters of 2, 30 of 4, 15 of 8 (SMs come in
-    GPCs, and a cluster must fit one); the launcher checks the real figure (launchers/sm90_fp8_gemm_1d2d.py)."""
-    if cluster <= 2:
-        return num_sms // cluster * cluster
-    return num_sms * 120 // 132 // cluster * cluster
-
-
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
                       multicast_on_a: bool = True, max_stages: int = MAX_STAGES,
-                      full_grid: bool = False, num_splits: int = 1) -> GemmConfig:
-    """The full configuration for chosen blocks, multicast and split-K: deepest pipeline that fits, smallest grid
-    that keeps the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the
-    device knows). Also used by tools/ to time configurations the heuristic did not pick."""
-    stages = next((s for s in range(max_stages, 0, -1)
-                   if sm90_smem_size(k, block_m, block_n, s, num_splits) <= SMEM_BUDGET), 0)
+                      full_grid: bool = False) -> GemmConfig:
+    """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
+    the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the device
+    knows). Also used by tools/ to time configurations the heuristic did not pick."""
+    stages = next((s for s in range(max_stages, 0, -1) if sm90_smem_size(k, block_m, block_n, s) <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
-    cluster = num_multicast * num_splits
-    max_grid = cluster_sms(num_sms, cluster)
-    ctas = ceil_div(m, block_m) * ceil_div(n, block_n) * num_splits
-    waves = num_waves(ctas, max_grid)
-    grid = max_grid if full_grid else min(max_grid, min_sms_for_waves(ctas, waves, cluster))
+    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    waves = num_waves(tiles, num_sms)
+    grid = num_sms // num_multicast * num_multicast if full_grid else \
+        min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
+    if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
+        num_multicast, multicast_on_a, grid = 1, True, min(num_sms, min_sms_for_waves(tiles, waves, 1))
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
                       num_multicast=num_multicast, multicast_on_a=multicast_on_a,
                       swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
-                      smem_size=sm90_smem_size(k, block_m, block_n, stages, num_splits),
-                      num_threads=num_math_threads(block_m) + 128, num_splits=num_splits)
+                      smem_size=sm90_smem_size(k, block_m, block_n, stages),
+                      num_threads=num_math_threads(block_m) + 128)
 
 
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
@@ -242,8 +231,7 @@ VARIANT_M_CAP = 1 << 16
 def kernel_key(config: GemmConfig) -> Tuple:
     """What makes two configs the same compiled kernel (everything but the grid size)."""
     return (config.block_m, config.block_n, config.num_stages, config.num_multicast,
-            config.multicast_on_a if config.num_multicast > 1 else True, config.swizzle_d_bytes, config.smem_size,
-            config.num_splits)
+            config.multicast_on_a if config.num_multicast > 1 else True, config.swizzle_d_bytes, config.smem_size)
 
 
 @functools.lru_cache(maxsize=1024)

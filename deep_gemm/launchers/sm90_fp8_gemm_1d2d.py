@@ -29,7 +29,7 @@ _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUO
 def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments."""
     args = (_GEMM_TYPES[kind], n, k, config.block_m, config.block_n, config.num_stages, config.num_multicast,
-            config.multicast_on_a, config.swizzle_d_bytes, config.smem_size, config.num_splits)
+            config.multicast_on_a, config.swizzle_d_bytes, config.smem_size)
     return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, template_args=args)
 
 
@@ -69,7 +69,7 @@ def _plan(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str,
             precompile_variants(n, k, num_sms, arch, kind)
         ensure_context(device_index)
         kernel = jit.load(kernel_source(n, k, config, kind), arch, config.num_threads, config.smem_size)
-        launch_config, function = kernel.launch_config(device_index, config.num_sms, config.cluster_size)
+        launch_config, function = kernel.launch_config(device_index, config.num_sms, config.num_multicast)
         plan = _plans[key] = _Plan(config, kernel, launch_config, function)
     return plan
 
@@ -86,9 +86,8 @@ def map_specs(m: int, n: int, k: int, sa_stride: int, a_row_stride: int, b_row_s
         (2, 1, k, n if b_rows is None else b_rows, b_row_stride, 128, cfg.block_n, 128, True),
         (1, 4, m if sa_inner is None else sa_inner, ceil_div(k, 128) if sa_outer is None else sa_outer, sa_stride,
          cfg.block_m, 1, 0, False),
-        # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box; a split-K CTA
-        # stores only its 64 / num_splits rows of the stripe.
-        (4, 2, n, m, out_row_stride, d_box, 64 // cfg.num_splits, cfg.swizzle_d_bytes, True),
+        # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
+        (4, 2, n, m, out_row_stride, d_box, 64, cfg.swizzle_d_bytes, True),
     )
 
 
@@ -181,4 +180,4 @@ def fast_plan(plan: _Plan, specs, m: int, device_index: int, extents: Tuple[int,
     """The tuple `deep_gemm._C` caches for a layout: everything a launch needs except the five pointers."""
     cfg = plan.config
     return (int(plan.function), int(current_context()), device_index, cfg.num_sms, cfg.num_threads, cfg.smem_size,
-            cfg.cluster_size, m, tuple(extents), tuple((s[0], *tma_enum_values(*s[1:])) for s in specs))
+            cfg.num_multicast, m, tuple(extents), tuple((s[0], *tma_enum_values(*s[1:])) for s in specs))

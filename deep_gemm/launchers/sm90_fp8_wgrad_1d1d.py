@@ -67,7 +67,7 @@ def _plan(m: int, n: int, groups: int, num_sms: int, device_index: int, arch: st
             print(f"[deep_gemm] wgrad m={m} n={n} groups={groups}: {config}", file=sys.stderr)
         ensure_context(device_index)
         kernel = jit.load(kernel_source(n, config, capacity), arch, config.num_threads, config.smem_size)
-        launch_config, function = kernel.launch_config(device_index, config.num_sms, config.cluster_size)
+        launch_config, function = kernel.launch_config(device_index, config.num_sms, config.num_multicast)
         plan = _plans[key] = _Plan(config, capacity, launch_config, function)
     return plan
 

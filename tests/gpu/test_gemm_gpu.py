@@ -276,26 +276,3 @@ def test_a_multicast_clusters(m, n, k, num_multicast):
     torch.cuda.synchronize()
     g.check()
     assert calc_diff(g.out, ref) < 1e-5
-
-
-@pytest.mark.parametrize("num_splits", [2, 4, 8])
-@pytest.mark.parametrize("m,n,k,block_n", [(1, 2112, 7168, 144), (64, 4096, 1000, 128), (100, 3000, 2048, 64)])
-def test_split_k_clusters(m, n, k, block_n, num_splits):
-    """Split-K over clusters of 2, 4 and 8 CTAs (partials summed over distributed shared memory in rank order),
-    forced through the launcher: correct, guard bands intact, bitwise identical on a rerun."""
-    from deep_gemm.heuristics.sm90 import build_sm90_config
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d
-    torch.backends.cuda.matmul.allow_tf32 = False
-    sms = deep_gemm.get_num_sms()
-    config = build_sm90_config(m, n, k, 64, block_n, sms, num_splits=num_splits)
-    (a, sa), (b, sb), ref, _ = make_inputs(m, n, k, seed=m + n + num_splits)
-    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
-    g = GuardedOut(m, n)
-    sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, g.out, sms, "sm_90a", config)
-    torch.cuda.synchronize()
-    g.check()
-    assert calc_diff(g.out, ref) < 1e-5
-    first = g.out.clone()
-    sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, g.out, sms, "sm_90a", config)
-    torch.cuda.synchronize()
-    assert torch.equal(first.view(torch.int16), g.out.view(torch.int16)), "split-K rerun is not bitwise identical"

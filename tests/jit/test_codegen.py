@@ -56,7 +56,7 @@ def test_sm90_kernel_source_template_order():
     on_a = "true" if config.multicast_on_a else "false"
     assert source.instantiation() == (
         f"deep_gemm::sm90::fp8_gemm_1d2d_impl<deep_gemm::GemmType::Normal, 2112, 7168, {config.block_m}, {config.block_n}, {config.num_stages}, "
-        f"{config.num_multicast}, {on_a}, {config.swizzle_d_bytes}, {config.smem_size}, {config.num_splits}>")
+        f"{config.num_multicast}, {on_a}, {config.swizzle_d_bytes}, {config.smem_size}>")
     assert "#include <deep_gemm/sm90/fp8_gemm_1d2d.cuh>" in source.code()
 
 

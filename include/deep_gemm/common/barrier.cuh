@@ -54,33 +54,6 @@ struct Barrier {
             :: "r"(smem_u32(this)), "r"(cta_rank));
     }
 
-    // Arrive on the barrier at this offset in cluster CTA `cta_rank`, releasing this thread's earlier shared-memory
-    // writes to the cluster (pairs with wait_acquire_cluster).
-    __device__ __forceinline__ void arrive_release_cluster(uint32_t cta_rank) {
-        asm volatile(
-            "{\n\t"
-            ".reg .b32 remote;\n\t"
-            "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-            "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t"
-            "}"
-            :: "r"(smem_u32(this)), "r"(cta_rank) : "memory");
-    }
-
-    // `wait`, acquiring what the arriving threads of the whole cluster released.
-    __device__ __forceinline__ void wait_acquire_cluster(uint32_t phase) {
-        constexpr uint32_t kSuspendTimeHint = 10000000;
-        asm volatile(
-            "{\n\t"
-            ".reg .pred done;\n\t"
-            "WAIT_LOOP:\n\t"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1, %2;\n\t"
-            "@done bra WAIT_DONE;\n\t"
-            "bra WAIT_LOOP;\n\t"
-            "WAIT_DONE:\n\t"
-            "}"
-            :: "r"(smem_u32(this)), "r"(phase), "r"(kSuspendTimeHint) : "memory");
-    }
-
     // Arrive and announce `num_bytes` more bytes that asynchronous copies will complete on this barrier.
     __device__ __forceinline__ void arrive_and_expect_tx(uint32_t num_bytes) {
         asm volatile("{ mbarrier.arrive.expect_tx.shared::cta.b64 _, [%1], %0; }" :: "r"(num_bytes),

@@ -40,10 +40,8 @@ struct Tile {
 // expert of a masked or k-grouped launch then has a tile count that is a multiple of kClusterSize, so a cluster's
 // tiles never straddle experts either. The grid is a multiple of kClusterSize, so a cluster's CTAs (consecutive
 // blockIdx.x) take aligned runs and the same number of tiles.
-// kCtasPerTile > 1 (split-K): the kCtasPerTile CTAs of a cluster share every tile (each takes a slice of K), so
-// clusters, not CTAs, walk the tiles.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
-          uint32_t kClusterSize = 2, uint32_t kCtasPerTile = 1, uint32_t kGroupSize = 16>
+          uint32_t kClusterSize = 2, uint32_t kGroupSize = 16>
 struct TileScheduler {
     DG_STATIC_ASSERT(kGroupSize % kClusterSize == 0 and kGroupSize % 2 == 0,
                      "the raster group size must be a multiple of the cluster size so that a cluster's tiles line up");
@@ -64,7 +62,7 @@ struct TileScheduler {
 
     __device__ __forceinline__ TileScheduler(const uint32_t shape_m_, const int32_t* grouped_layout_ = nullptr,
                                              const uint32_t num_groups_ = 1)
-        : shape_m(shape_m_), next_tile(blockIdx.x / kCtasPerTile), grouped_layout(grouped_layout_), num_groups(num_groups_),
+        : shape_m(shape_m_), next_tile(blockIdx.x), grouped_layout(grouped_layout_), num_groups(num_groups_),
           group(0), tile_base(0), group_rows(0) {
         if constexpr (kType == GemmType::MGroupedMasked) {
             group_rows = num_groups > 0 ? masked_rows(0) : 0;
@@ -134,7 +132,7 @@ struct TileScheduler {
                 tile.group = tile.skip ? 0u : static_cast<uint32_t>(expert);
             }
         }
-        next_tile += gridDim.x / kCtasPerTile;
+        next_tile += gridDim.x;
         return true;
     }
 };

@@ -63,22 +63,6 @@ __device__ __forceinline__ void ld_shared_v2_f32(uint32_t smem_addr, float& x, f
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(smem_addr));
 }
 
-// 8 bytes at this CTA's shared address `smem_addr` in cluster CTA `cta_rank` (distributed shared memory).
-__device__ __forceinline__ void ld_shared_cluster_v2_f32(uint32_t smem_addr, uint32_t cta_rank, float& x, float& y) {
-    asm volatile(
-        "{\n\t"
-        ".reg .b32 remote;\n\t"
-        "mapa.shared::cluster.u32 remote, %2, %3;\n\t"
-        "ld.shared::cluster.v2.f32 {%0, %1}, [remote];\n\t"
-        "}"
-        : "=f"(x), "=f"(y) : "r"(smem_addr), "r"(cta_rank) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_v4_f32(uint32_t smem_addr, float x, float y, float z, float w) {
-    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(smem_addr), "f"(x), "f"(y), "f"(z), "f"(w)
-                 : "memory");
-}
-
 __device__ __forceinline__ void st_shared_v2(void* ptr, float x, float y) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(smem_u32(ptr)), "f"(x), "f"(y));
 }

@@ -34,31 +34,24 @@ constexpr bool fp8_gemm_may_straddle() {
 
 // Shared-memory bytes of one instantiation; the host computes the same number (heuristics/sm90.py) and passes it
 // as kSmemSize, and the kernel static-asserts that the two agree.
-template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t kNumSplits>
+template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
 constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
-    // D tile, then (split-K) the CTA's FP32 partial tile, which stays 1024-byte aligned (BLOCK_N % 8 == 0).
-    constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 2, 1024) + (kNumSplits > 1 ? BLOCK_M * BLOCK_N * 4 : 0);
+    constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 2, 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
     // RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][kNumKBlocks] fp32
     constexpr uint32_t sb = align_up<uint32_t>(
         fp8_gemm_num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4,
         8);
-    // Barriers: full + empty per stage, and (split-K) partial-ready + partial-read.
-    return d + kNumStages * stage + sb + kNumStages * 2 * 8 + (kNumSplits > 1 ? 2 * 8 : 0);
+    return d + kNumStages * stage + sb + kNumStages * 2 * 8;
 }
 
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major. `grouped_layout` is m_indices (contiguous) or masked_m (masked), `num_groups` = G.
 // `d` / `d_row_stride` (elements) address D for the stores a TMA box cannot make (masked partial tiles).
-// Split-K (kNumSplits > 1, dense only): the kNumSplits CTAs of a cluster compute one tile, CTA r over the r-th slice
-// of K; each publishes its FP32 partial tile in its shared memory, and CTA r sums the partials of tile rows
-// [r, r + 1) * 64 / kNumSplits over distributed shared memory in rank order (a fixed order: results are bitwise
-// reproducible) and stores those rows (D's TMA box is 64 / kNumSplits rows).
 template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
-          uint32_t kNumStages, uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize,
-          uint32_t kNumSplits>
+          uint32_t kNumStages, uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize>
 __global__ void __launch_bounds__(fp8_gemm_num_math_threads<BLOCK_M>() + kNumProducerThreads, 1)
 fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [m, k] e4m3, K-major
                    const __grid_constant__ TmaDescriptor tensor_map_b,   // B  [n, k] e4m3, K-major
@@ -94,11 +87,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                      "a BLOCK_N tile may touch at most two 128-wide RHS scale blocks");
     DG_STATIC_ASSERT(kNumSubTiles * kNumAccum <= 128, "final accumulators would not fit in the register budget");
     DG_STATIC_ASSERT(kNumStages >= 1, "at least one pipeline stage");
-    DG_STATIC_ASSERT(kNumSplits == 1 or kNumSplits == 2 or kNumSplits == 4 or kNumSplits == 8,
-                     "split-K is over 1, 2, 4 or 8 CTAs");
-    DG_STATIC_ASSERT(kNumSplits == 1 or (kGemmType == GemmType::Normal and kNumMulticast == 1 and BLOCK_M == 64),
-                     "split-K is for dense 64-row tiles without multicast");
-    DG_STATIC_ASSERT(kNumKBlocks % kNumSplits == 0, "every split must get the same number of K blocks");
     DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2 or kNumMulticast == 4 or kNumMulticast == 8,
                      "TMA multicast is over 1, 2, 4 or 8 CTAs");
     DG_STATIC_ASSERT(kNumMulticast <= 2 or kMulticastOnA, "clusters of 4 or 8 CTAs multicast only A");
@@ -116,10 +104,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     constexpr uint32_t kSmemDBytes = align_up<uint32_t>(Epilogue::kSmemBytes, 1024);
     constexpr uint32_t kNumSBPerTile = kNumKBlocks * (kMayStraddle ? 2 : 1);
     constexpr uint32_t kStageTxBytes = kSmemABytes + kSmemBBytes + kSmemSABytes;
-    constexpr uint32_t kExpectedSmemSize = fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumSplits>();
-    constexpr uint32_t kKBlocksPerSplit = kNumKBlocks / kNumSplits;
-    constexpr uint32_t kRowsPerSplit = 64 / kNumSplits;  // tile rows each split-K CTA sums and stores
-    constexpr uint32_t kSmemPartialBytes = kNumSplits > 1 ? BLOCK_M * BLOCK_N * 4 : 0;
+    constexpr uint32_t kExpectedSmemSize = fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages>();
     DG_STATIC_ASSERT(kSmemSize == kExpectedSmemSize, "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kSmemSize <= kSmemBudget, "configuration exceeds the 232448-byte shared-memory budget");
     DG_STATIC_ASSERT(kSmemABytes % 1024 == 0 and kSmemBBytes % 1024 == 0,
@@ -127,18 +112,13 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_d = smem;                                                          // D tile, see Epilogue
-    // Split-K partial tile: [BLOCK_N / 8 chunks of 4 accumulators][128 threads][4] fp32, in WGMMA fragment order.
-    uint8_t* smem_partial = smem + kSmemDBytes;
-    uint8_t* smem_a = smem_partial + kSmemPartialBytes;                              // [stages][BLOCK_M, 128]
+    uint8_t* smem_a = smem + kSmemDBytes;                                            // [stages][BLOCK_M, 128]
     uint8_t* smem_b = smem_a + kNumStages * kSmemABytes;                             // [stages][BLOCK_N, 128]
     float* smem_sa = reinterpret_cast<float*>(smem_b + kNumStages * kSmemBBytes);   // [stages][BLOCK_M]
     float* smem_sb = smem_sa + kNumStages * BLOCK_M;  // [math WGs][2 buffers][kNumSBPerTile]
     Barrier* full_barriers = reinterpret_cast<Barrier*>(  // [stages]
         reinterpret_cast<uint8_t*>(smem_sb) + align_up<uint32_t>(kNumMathWGs * 2 * kNumSBPerTile * 4, 8));
     Barrier* empty_barriers = full_barriers + kNumStages;  // [stages]
-    // Split-K: the cluster's partials are all published (ready) / all read (consumed); one phase per tile.
-    Barrier* partial_ready = empty_barriers + kNumStages;
-    Barrier* partial_consumed = partial_ready + 1;
 
     const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
     const uint32_t lane_idx = threadIdx.x % 32;
@@ -150,24 +130,16 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         prefetch_tma_descriptor(&tensor_map_b);
         prefetch_tma_descriptor(&tensor_map_sa);
         prefetch_tma_descriptor(&tensor_map_d);
-        if constexpr (kNumSplits > 1) {
-            partial_ready->init(kNumSplits * kNumMathThreads / 32);
-            partial_consumed->init(kNumSplits * kNumMathThreads / 32);
-        }
         init_stage_barriers<kNumStages, kNumMulticast, kNumMathThreads>(full_barriers, empty_barriers);
     }
-    constexpr bool kClustered = kNumMulticast > 1 or kNumSplits > 1;
-    if constexpr (kClustered)
+    if constexpr (kNumMulticast > 1)
         cluster_sync();
     else
         __syncthreads();
-    // This CTA's slice of K (split-K): K blocks [k_begin, k_begin + kKBlocksPerSplit).
-    const uint32_t split_rank = kNumSplits > 1 ? block_rank_in_cluster() : 0;
-    const uint32_t k_begin = split_rank * kKBlocksPerSplit;
 
     // NOTES: the kNumMulticast tiles of a cluster must share the multicast operand's block; see TileScheduler.
     using Scheduler = TileScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N,
-                                    not (kNumMulticast > 1 and not kMulticastOnA), kNumMulticast, kNumSplits>;
+                                    not (kNumMulticast > 1 and not kMulticastOnA), kNumMulticast>;
     // SA's TMA coordinate of a tile: masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
     auto sa_coords = [&](const Tile& tile, uint32_t k_block, int32_t& inner, int32_t& outer) {
         if constexpr (kGemmType == GemmType::MGroupedMasked) {
@@ -193,7 +165,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     continue;
                 const auto m_idx = static_cast<int32_t>(tile.row_base);
                 const auto n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
-                for (uint32_t k_block = k_begin; k_block < k_begin + kKBlocksPerSplit; ++k_block) {
+                for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                     empty_barriers[stage].wait(phase ^ 1);
                     const Barrier* bar = &full_barriers[stage];
                     full_barriers[stage].arrive_and_expect_tx(kStageTxBytes);
@@ -322,45 +294,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             }
         };
 
-        // Split-K: publish this CTA's partial tile, then sum the cluster's partials of the rows this CTA owns
-        // (rank order), leaving them in acc. Rows of warp w: 16w + lane_row + {0, 8} (accumulators (i / 2) % 2).
-        uint32_t partial_phase = 0;
-        auto reduce_split_k = [&](float* acc) {
-            const uint32_t slot = smem_u32(smem_partial) + wg_thread * 16;  // + chunk * 128 * 16
-            // Every peer must have read this CTA's previous partial before it is overwritten.
-            if (partial_phase > 0)
-                partial_consumed->wait_acquire_cluster((partial_phase - 1) & 1);
-            #pragma unroll
-            for (uint32_t c = 0; c < kNumAccum / 4; ++c)
-                st_shared_v4_f32(slot + c * 128 * 16, acc[c * 4 + 0], acc[c * 4 + 1], acc[c * 4 + 2], acc[c * 4 + 3]);
-            __syncwarp();
-            if (lane_idx < kNumSplits)
-                partial_ready[0].arrive_release_cluster(lane_idx);
-            partial_ready->wait_acquire_cluster(partial_phase & 1);
-            #pragma unroll
-            for (uint32_t h = 0; h < 2; ++h) {
-                if ((warp_row + h * 8) / kRowsPerSplit != split_rank)
-                    continue;  // another CTA's rows (warp-uniform)
-                #pragma unroll
-                for (uint32_t c = 0; c < kNumAccum / 4; ++c) {
-                    float x = 0, y = 0;
-                    #pragma unroll
-                    for (uint32_t q = 0; q < kNumSplits; ++q) {
-                        float qx, qy;
-                        ld_shared_cluster_v2_f32(slot + c * 128 * 16 + h * 8, q, qx, qy);
-                        x = q == 0 ? qx : x + qx;
-                        y = q == 0 ? qy : y + qy;
-                    }
-                    acc[c * 4 + h * 2 + 0] = x;
-                    acc[c * 4 + h * 2 + 1] = y;
-                }
-            }
-            __syncwarp();
-            if (lane_idx < kNumSplits)
-                partial_consumed[0].arrive_release_cluster(lane_idx);
-            ++partial_phase;
-        };
-
         Scheduler scheduler(shape_m, grouped_layout, num_groups);
         Tile tile;
         uint32_t stage = 0, phase = 0, sb_buf = 0;
@@ -449,15 +382,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     };
                     constexpr uint32_t kOverlapChunk = 8;
                     #pragma unroll 1
-                    for (uint32_t k0 = 0; k0 + kOverlapChunk <= kKBlocksPerSplit; k0 += kOverlapChunk)
-                        run_chunk(Int<kOverlapChunk>{}, k_begin + k0);
-                    if constexpr (kKBlocksPerSplit % kOverlapChunk != 0)
-                        run_chunk(Int<kKBlocksPerSplit % kOverlapChunk>{},
-                                  k_begin + kKBlocksPerSplit / kOverlapChunk * kOverlapChunk);
+                    for (uint32_t k0 = 0; k0 + kOverlapChunk <= kNumKBlocks; k0 += kOverlapChunk)
+                        run_chunk(Int<kOverlapChunk>{}, k0);
+                    if constexpr (kNumKBlocks % kOverlapChunk != 0)
+                        run_chunk(Int<kNumKBlocks % kOverlapChunk>{},
+                                  kNumKBlocks / kOverlapChunk * kOverlapChunk);
                 } else {
                     // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
                     #pragma unroll 4
-                    for (uint32_t k_block = k_begin; k_block < k_begin + kKBlocksPerSplit; ++k_block) {
+                    for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                         const RhsScales sb = load_sb(k_block);
                         wait_full(stage, phase);
                         #pragma unroll
@@ -490,9 +423,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 k_loop(straddle_case);
             }
 
-            if constexpr (kNumSplits > 1)
-                reduce_split_k(final_accum[0]);
-
             // ---- Epilogue (per warpgroup) ----
             if (has_next)
                 store_sb(sb_buf ^ 1, next_sb);
@@ -521,11 +451,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     Epilogue::copy_rows(smem_d, (s * kNumMathWGs + math_wg) * WGMMA::M, tile.valid_rows, d,
                                         d_row_stride, tile.row_base, n_start, SHAPE_N, wg_thread);
             } else if (is_wg_leader) {
-                // Split-K: only this CTA's rows (D's box is kRowsPerSplit rows).
                 #pragma unroll
                 for (uint32_t s = 0; s < kNumSubTiles; ++s)
-                    Epilogue::store_rows(&tensor_map_d, smem_d,
-                                         (s * kNumMathWGs + math_wg) * WGMMA::M + split_rank * kRowsPerSplit,
+                    Epilogue::store_rows(&tensor_map_d, smem_d, (s * kNumMathWGs + math_wg) * WGMMA::M,
                                          tile.row_base, n_start);
                 tma_store_commit();
             }
@@ -535,9 +463,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             tma_store_wait<0>();
     }
 
-    // NOTES: a CTA must outlive every remote barrier arrival, multicast write and shared-memory read of its
-    // cluster peers.
-    if constexpr (kClustered)
+    // NOTES: a CTA must outlive every remote barrier arrival and multicast write its cluster peer still sends.
+    if constexpr (kNumMulticast > 1)
         cluster_sync();
 #endif
 }
