@@ -53,7 +53,7 @@ class GemmConfig:
     block_n: int
     block_k: int
     num_stages: int
-    num_multicast: int      # CTAs per cluster sharing one TMA load (1, 2; 4 or 8 for A only)
+    num_multicast: int      # CTAs per cluster sharing one TMA load (1 or 2)
     multicast_on_a: bool    # True: the pair shares the A tile (same M block); False: shares B
     swizzle_d_bytes: int    # 0, 32, 64 or 128
     num_sms: int            # persistent grid size

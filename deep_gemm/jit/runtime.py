@@ -66,12 +66,6 @@ class LoadedKernel:
         config.numAttrs = 1
         return config, self.function(device_index)
 
-    def max_active_clusters(self, device_index: int, grid: int, cluster: int) -> int:
-        """How many clusters of `cluster` CTAs of this kernel the device can hold at once (a persistent grid larger
-        than that would run its last clusters after the others instead of beside them)."""
-        config, function = self.launch_config(device_index, grid, cluster)
-        return check(_driver().cuOccupancyMaxActiveClusters(function, config))
-
     @staticmethod
     def launch(config, function, stream: int, args: Tuple[Sequence, Sequence]) -> None:
         config.hStream = stream

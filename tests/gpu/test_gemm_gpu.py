@@ -257,22 +257,3 @@ def test_new_m_never_compiles(monkeypatch):
     for m in (1, 64, 65, 128, 129, 700, 1537, 4096, 5000, 9001):
         run_and_check(m, n, k, seed=m)
     assert calls == [], f"{len(calls)} compiles after the first sight of (n, k)"
-
-
-@pytest.mark.parametrize("num_multicast", [2, 4, 8])
-@pytest.mark.parametrize("m,n,k", [(1, 4096, 7168), (64, 3072, 576), (100, 4096, 2048)])
-def test_a_multicast_clusters(m, n, k, num_multicast):
-    """Clusters of 2, 4 and 8 CTAs sharing A's tile (the small-m configurations), forced through the launcher."""
-    from deep_gemm.heuristics.sm90 import build_sm90_config
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d
-    torch.backends.cuda.matmul.allow_tf32 = False
-    sms = deep_gemm.get_num_sms()
-    config = build_sm90_config(m, n, k, 64, 32, sms, num_multicast, True)
-    assert config.num_multicast == num_multicast
-    (a, sa), (b, sb), ref, _ = make_inputs(m, n, k, seed=m + n + num_multicast)
-    g = GuardedOut(m, n)
-    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
-    sm90_fp8_gemm_1d2d.launch(a, sa, b, sb, g.out, sms, "sm_90a", config)
-    torch.cuda.synchronize()
-    g.check()
-    assert calc_diff(g.out, ref) < 1e-5

@@ -33,18 +33,15 @@ struct Tile {
 // CTAs of one wave touch few distinct A and B blocks (L2 reuse). Masked launches number the tiles of expert 0
 // first, then expert 1's, ... and rasterise inside each expert.
 //
-// kFastAlongN = true : tiles t .. t + kClusterSize - 1 share an M block (TMA multicast of A inside a cluster);
-// kFastAlongN = false: they share an N block (multicast of B; Normal only).
-// NOTES: an aligned run of kClusterSize tiles never straddles a row of its group as long as kGroupSize and the fast
-// dimension's block count are multiples of kClusterSize; the host only picks multicast when that holds. Every
-// expert of a masked or k-grouped launch then has a tile count that is a multiple of kClusterSize, so a cluster's
-// tiles never straddle experts either. The grid is a multiple of kClusterSize, so a cluster's CTAs (consecutive
-// blockIdx.x) take aligned runs and the same number of tiles.
+// kFastAlongN = true : tiles t and t + 1 share an M block (needed for TMA multicast of A inside a 2-CTA cluster);
+// kFastAlongN = false: tiles t and t + 1 share an N block (multicast of B; Normal only).
+// NOTES: a pair (2i, 2i + 1) never straddles a row of its group as long as kGroupSize is even and the fast
+// dimension's block count is even; the host only picks multicast when that holds. Every expert of a masked or
+// k-grouped launch then has an even tile count, so pairs never straddle experts either.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
-          uint32_t kClusterSize = 2, uint32_t kGroupSize = 16>
+          uint32_t kGroupSize = 16>
 struct TileScheduler {
-    DG_STATIC_ASSERT(kGroupSize % kClusterSize == 0 and kGroupSize % 2 == 0,
-                     "the raster group size must be a multiple of the cluster size so that a cluster's tiles line up");
+    DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
     DG_STATIC_ASSERT(kType == GemmType::Normal or kType == GemmType::KGrouped or kFastAlongN,
                      "M-grouped GEMMs multicast only A: the two CTAs of a pair must share one expert");
     static constexpr uint32_t kNumNBlocks = ceil_div(SHAPE_N, BLOCK_N);

@@ -87,9 +87,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                      "a BLOCK_N tile may touch at most two 128-wide RHS scale blocks");
     DG_STATIC_ASSERT(kNumSubTiles * kNumAccum <= 128, "final accumulators would not fit in the register budget");
     DG_STATIC_ASSERT(kNumStages >= 1, "at least one pipeline stage");
-    DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2 or kNumMulticast == 4 or kNumMulticast == 8,
-                     "TMA multicast is over 1, 2, 4 or 8 CTAs");
-    DG_STATIC_ASSERT(kNumMulticast <= 2 or kMulticastOnA, "clusters of 4 or 8 CTAs multicast only A");
+    DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2, "TMA multicast is over 1 or 2 CTAs");
     DG_STATIC_ASSERT(SHAPE_N > 0 and SHAPE_K > 0, "empty problems are handled on the host");
     DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedContiguous or BLOCK_M <= 128,
                      "contiguous grouped tiles must not span two 128-row expert segments");
@@ -137,9 +135,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     else
         __syncthreads();
 
-    // NOTES: the kNumMulticast tiles of a cluster must share the multicast operand's block; see TileScheduler.
-    using Scheduler = TileScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N,
-                                    not (kNumMulticast > 1 and not kMulticastOnA), kNumMulticast>;
+    // NOTES: tiles t and t + 1 must share the multicast operand's block; see TileScheduler.
+    using Scheduler =
+        TileScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N, not (kNumMulticast > 1 and not kMulticastOnA)>;
     // SA's TMA coordinate of a tile: masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
     auto sa_coords = [&](const Tile& tile, uint32_t k_block, int32_t& inner, int32_t& outer) {
         if constexpr (kGemmType == GemmType::MGroupedMasked) {
@@ -172,10 +170,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     const auto k_idx = static_cast<int32_t>(k_block * kBlockK);
                     uint8_t* dst_a = smem_a + stage * kSmemABytes;
                     uint8_t* dst_b = smem_b + stage * kSmemBBytes;
-                    tma_load_operand<(kNumMulticast > 1 and kMulticastOnA), kNumMulticast>(
-                        &tensor_map_a, bar, dst_a, k_idx, m_idx, is_leader, kCacheHint);
-                    tma_load_operand<(kNumMulticast > 1 and not kMulticastOnA), kNumMulticast>(
-                        &tensor_map_b, bar, dst_b, k_idx, n_idx, is_leader, kCacheHint);
+                    tma_load_operand<(kNumMulticast > 1 and kMulticastOnA)>(&tensor_map_a, bar, dst_a, k_idx, m_idx,
+                                                                          is_leader, kCacheHint);
+                    tma_load_operand<(kNumMulticast > 1 and not kMulticastOnA)>(&tensor_map_b, bar, dst_b, k_idx,
+                                                                              n_idx, is_leader, kCacheHint);
                     int32_t sa_inner, sa_outer;
                     sa_coords(tile, k_block, sa_inner, sa_outer);
                     tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, sa_inner, sa_outer, kCacheHint);

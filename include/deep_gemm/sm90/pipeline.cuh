@@ -46,16 +46,14 @@ __device__ __forceinline__ void release_stage(Barrier& empty_barrier, uint32_t l
     }
 }
 
-// Load one operand tile of a stage: multicast to all kNumMulticast CTAs of the cluster by the leader when kShared,
-// else this CTA's own load.
-template <bool kShared, uint32_t kNumMulticast = 2>
+// Load one operand tile of a stage: multicast to both CTAs of the pair by the leader when kShared, else this CTA's
+// own load.
+template <bool kShared>
 __device__ __forceinline__ void tma_load_operand(const TmaDescriptor* desc, const Barrier* bar, void* smem,
                                                  int32_t crd0, int32_t crd1, bool is_leader, uint64_t cache_hint) {
     if constexpr (kShared) {
-        DG_STATIC_ASSERT(kNumMulticast >= 2 and kNumMulticast <= 16, "a multicast reaches 2..16 cluster CTAs");
         if (is_leader)
-            tma_load_2d_multicast(desc, bar, static_cast<uint16_t>((1u << kNumMulticast) - 1), smem, crd0, crd1,
-                                  cache_hint);
+            tma_load_2d_multicast(desc, bar, 0b11, smem, crd0, crd1, cache_hint);
     } else {
         tma_load_2d(desc, bar, smem, crd0, crd1, cache_hint);
     }
