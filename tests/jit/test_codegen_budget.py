@@ -21,7 +21,8 @@ BUDGETS = {
     "dense-128x192": 138.5,             # measured 134.50 (4 K blocks per body, first of 2 straddle cases)
     "dense-128x128-overlap": 116.5,     # measured 113.00 (a chunk of 8 K blocks per body)
     "contiguous-128x192-mcA": 139.5,    # measured 135.50 (4 K blocks per body, first of 2 straddle cases)
-    "wgrad-256x112": 320.5,             # measured 311.00 (1 K block per body)
+    # wgrad keeps per-WGMMA descriptors from pointers: the uniform form (311) ran 5-7% slower at 256x112 (NOTES).
+    "wgrad-256x112": 384.0,             # measured 373.00 (1 K block per body)
 }
 
 
@@ -85,12 +86,17 @@ def test_instructions_per_k_block_within_budget(loops):
     assert main.per_k_block <= BUDGETS[name], f"{name} over its budget {BUDGETS[name]}:\n{main.format(full=True)}"
 
 
+# R2UR per K block allowed in the main loop: none, except wgrad's per-WGMMA pointer descriptors (16 at 256x112).
+R2UR_ALLOWED = {"wgrad-256x112": 16}
+
+
 def test_no_r2ur_in_main_loop(loops):
     # NOTES: an R2UR in the loop means an address the WGMMA descriptor or a barrier needs was computed in vector
     # registers (PERF_GAP.md §3.2); it lengthens the DEPBAR -> next QGMMA path.
     name, _, every = loops
     for loop in every:
-        assert loop.count("R2UR") == 0, f"{name}: R2UR in the main loop\n{loop.format(full=True)}"
+        allowed = R2UR_ALLOWED.get(name, 0) * loop.k_blocks
+        assert loop.count("R2UR") <= allowed, f"{name}: R2UR in the main loop\n{loop.format(full=True)}"
 
 
 def test_no_local_memory_in_main_loop(loops):
