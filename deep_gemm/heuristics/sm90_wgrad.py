@@ -8,8 +8,9 @@ from .sm90 import BLOCK_K, FP8_FLOPS_PER_CLK, SMEM_BUDGET, SMEM_BYTES_PER_CLK, n
 
 MAX_STAGES = 8
 BLOCK_MS = (64, 128, 256)
-# NOTES: wider tiles spill registers (ptxas: 32+ bytes from 224 on), see tests/jit/test_compile_wgrad.py.
-BLOCK_NS = tuple(range(16, 209, 16))
+# NOTES: wider tiles spill registers (ptxas: 32+ bytes from 224 on), see tests/jit/test_compile_wgrad.py. 136 and 152
+# (= 8 mod 16) are the widest 128-row tiles whose column scales stay in registers (128x152 is DeepGEMM's pick).
+BLOCK_NS = tuple(sorted(set(range(16, 209, 16)) | {136, 152}))
 # Groups one launch carries: the per-group operands (two tensor maps and two integers each, 264 bytes) are kernel
 # parameters, limited to 32764 bytes in all. Capacities are bucketed so that few kernels are compiled.
 GROUP_CAPACITIES = (1, 8, 32, 96)
@@ -17,6 +18,12 @@ MAX_GROUPS_PER_LAUNCH = GROUP_CAPACITIES[-1]
 # Modelled efficiency of a pipeline of this many stages (the 1D2D kernel on the H200: 2 -> 3 stages +23% at
 # 256x128; for this kernel 3-stage 256x112 tiles were the fastest measured).
 _STAGE_EFFICIENCY = {1: 0.5, 2: 0.75}
+# Measured cost factors of the tile structures the model above does not see (H200, uniform WGMMA descriptors,
+# benchmarks/NOTES.md issue 14): column scales read inside the promotion (not preloaded) put shared-memory latency on
+# the path the other warpgroup's WGMMAs must cover (128x192 ran 2-11% behind 128x152); two 64-row sub-tiles per
+# warpgroup serialise each warpgroup's two promotions (256x112 ran level with 128x152 where the model gives it 7%).
+_NOT_PRELOADED_FACTOR = 1.12
+_TWO_SUB_TILES_FACTOR = 1.07
 
 
 def group_capacity(num_groups: int) -> int:
@@ -65,7 +72,10 @@ def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
     scale_wavefronts = warps * (block_n // 8) * reads
     smem = ((block_m + block_n) * BLOCK_K + (block_m // 64) * (64 + block_n) * BLOCK_K) / SMEM_BYTES_PER_CLK
     promotion = 2 * block_m * block_n / 128
-    return max(mma, smem + scale_wavefronts, promotion) / _STAGE_EFFICIENCY.get(stages, 1.0)
+    structure = 1.0 if preloads_column_scales(block_m, block_n) else _NOT_PRELOADED_FACTOR
+    if block_m == 256:
+        structure *= _TWO_SUB_TILES_FACTOR
+    return max(mma, smem + scale_wavefronts, promotion) * structure / _STAGE_EFFICIENCY.get(stages, 1.0)
 
 
 def _pick_blocks(m: int, n: int, groups: int, sms: int) -> Tuple[int, int]:

@@ -52,16 +52,6 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
-__device__ __forceinline__ float ld_shared(const float* ptr) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_u32(ptr)));
-    return v;
-}
-
-__device__ __forceinline__ void ld_shared_v2(const float* ptr, float& x, float& y) {
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(smem_u32(ptr)));
-}
-
 // Loads from a 32-bit shared-state-space address (hot loops compute it once and advance it by offsets).
 __device__ __forceinline__ float ld_shared_f32(uint32_t smem_addr) {
     float v;

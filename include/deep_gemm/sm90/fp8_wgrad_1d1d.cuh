@@ -164,11 +164,19 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
     } else {
         // ================= Math warpgroups =================
         warpgroup_reg_alloc<kNumMathThreads == 128 ? 248 : 232>();
-        const uint32_t math_wg = threadIdx.x / 128;
+        // NOTES: shuffled so that the compiler knows it is warp-uniform (see fp8_gemm_1d2d.cuh).
+        const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
         const uint32_t wg_thread = threadIdx.x % 128;
         const uint32_t warp_row = (warp_idx % 4) * 16;  // the warp's first row inside the warpgroup's 64 rows
         const uint32_t lane_row = lane_idx / 4;          // this thread's rows: lane_row and lane_row + 8
         const uint32_t lane_col = (lane_idx % 4) * 2;    // and columns 8c + lane_col + {0, 1}
+        // Descriptor low words of this warpgroup's first A sub-tile and of B in stage 0 (see mma.cuh), and the
+        // 32-bit shared addresses of this thread's first SA / SB entries in stage 0.
+        const uint32_t a_desc_lo =
+            __shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(smem_a) + math_wg * WGMMA::M * kBlockK), 0);
+        const uint32_t b_desc_lo = __shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(smem_b)), 0);
+        const uint32_t sa_addr = smem_u32(smem_sa) + (math_wg * WGMMA::M + warp_row + lane_row) * 4;
+        const uint32_t sb_addr = smem_u32(smem_sb) + lane_col * 4;
         uint8_t* wg_smem_d = smem_d + math_wg * Epilogue::kSmemBytes;
 
         float partial[kNumAccum];
@@ -184,11 +192,12 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
             final_acc[c * 4 + 3] += partial[c * 4 + 3] * (sa_hi * sb1);
         };
 
-        // NOTES: where the column scales are read during the promotion, the two math warpgroups take turns
-        // issuing their WGMMAs (named barriers 4 + wg), so that one promotes while the other's WGMMAs run instead
-        // of both promoting together: +2-4% at 128x192 and 256x128 on the H200. With the scales preloaded
-        // (256x112) the turns cost 3-4% instead, so they are off there (benchmarks/NOTES.md, wgrad log).
-        constexpr bool kOrderedIssue = kNumMathThreads == 256 and not kPreloadSB;
+        // NOTES: the two math warpgroups take turns issuing their WGMMAs (named barriers 4 + wg), so that one
+        // promotes while the other's WGMMAs run instead of both promoting together, except with one 64-row
+        // sub-tile per warpgroup and preloaded column scales (128x152), whose promotion is short enough on its own.
+        // H200, uniform descriptors (benchmarks/NOTES.md, issue 14): turns +8% at 256x112 and equal at 128x192, but
+        // -16% at 128x152.
+        constexpr bool kOrderedIssue = kNumMathThreads == 256 and (kNumSubTiles > 1 or not kPreloadSB);
         constexpr uint32_t kIssueBarrier = 4;
         auto wait_issue_turn = [&]() {
             if constexpr (kOrderedIssue)
@@ -218,37 +227,33 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
             #pragma unroll 1
             for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
                 full_barriers[stage].wait(phase);
-                const float* sb_stage = smem_sb + stage * kSmemSBStride + lane_col;
+                const uint32_t sb_stage = sb_addr + stage * kSmemSBStride * 4;
                 // Column scales of this thread, read once per K block for all sub-tiles (while the WGMMAs run).
                 float sb[kPreloadSB ? BLOCK_N / 4 : 1];
                 #pragma unroll
                 for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                    const uint32_t sub_row = (s * kNumMathWGs + math_wg) * WGMMA::M;  // first tile row
                     wait_issue_turn();
-                    const uint8_t* tile_a = smem_a + stage * kSmemABytes + sub_row * kBlockK;
-                    const uint8_t* tile_b = smem_b + stage * kSmemBBytes;
                     #pragma unroll
                     for (uint32_t i = 0; i < kNumAccum; ++i)
                         wgmma_fence_operand(partial[i]);
                     wgmma_fence();
-                    #pragma unroll
-                    for (uint32_t k = 0; k < kBlockK / WGMMA::K; ++k)
-                        WGMMA::mma(make_kmajor_sw128_desc(tile_a + k * WGMMA::K),
-                                   make_kmajor_sw128_desc(tile_b + k * WGMMA::K), partial, k > 0);
+                    WGMMA::template mma_k_block<kBlockK>(
+                        a_desc_lo + (stage * kSmemABytes + s * kNumMathWGs * WGMMA::M * kBlockK) / 16,
+                        b_desc_lo + stage * (kSmemBBytes / 16), partial);
                     wgmma_commit_group();
                     pass_issue_turn();
                     #pragma unroll
                     for (uint32_t i = 0; i < kNumAccum; ++i)
                         wgmma_fence_operand(partial[i]);
 
-                    const float* sa_stage = smem_sa + stage * kSmemSAStride + sub_row + warp_row + lane_row;
-                    const float sa_lo = ld_shared(sa_stage);
-                    const float sa_hi = ld_shared(sa_stage + 8);
+                    const uint32_t sa_stage = sa_addr + (stage * kSmemSAStride + s * kNumMathWGs * WGMMA::M) * 4;
+                    const float sa_lo = ld_shared_f32(sa_stage);
+                    const float sa_hi = ld_shared_f32(sa_stage + 8 * 4);
                     if constexpr (kPreloadSB) {
                         if (s == 0) {
                             #pragma unroll
                             for (uint32_t c = 0; c < BLOCK_N / 8; ++c)
-                                ld_shared_v2(sb_stage + c * 8, sb[c * 2], sb[c * 2 + 1]);
+                                ld_shared_v2_f32(sb_stage + c * 8 * 4, sb[c * 2], sb[c * 2 + 1]);
                         }
                     }
                     wgmma_wait_group<0>();
@@ -263,7 +268,7 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                             promote_chunk(final_accum[s], c, sa_lo, sa_hi, sb[c * 2], sb[c * 2 + 1]);
                         } else {
                             float sb0, sb1;
-                            ld_shared_v2(sb_stage + c * 8, sb0, sb1);
+                            ld_shared_v2_f32(sb_stage + c * 8 * 4, sb0, sb1);
                             promote_chunk(final_accum[s], c, sa_lo, sa_hi, sb0, sb1);
                         }
                     }

@@ -19,16 +19,6 @@ __device__ __forceinline__ uint32_t kmajor_sw128_desc_lo(uint32_t smem_addr) {
     return smem_addr >> 4;
 }
 
-// The full descriptor rebuilt from a generic pointer, as the wgrad kernel still does per WGMMA.
-// NOTES: the uniform low-word form above made the wgrad kernel's loop 373 -> 311 instructions per K block at 256x112
-// but the kernel 5-7% slower at its 256x112 shapes (H200, same-run A/B, benchmarks/NOTES.md), so wgrad keeps this.
-__device__ __forceinline__ uint64_t make_kmajor_sw128_desc(const void* smem_ptr) {
-    const uint64_t start = (smem_u32(smem_ptr) >> 4) & 0x3fff;
-    constexpr uint64_t kStrideByteOffset = 1024 >> 4;
-    constexpr uint64_t kLayoutSwizzle128B = 1;
-    return start | (kStrideByteOffset << 32) | (kLayoutSwizzle128B << 62);
-}
-
 __device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t desc_lo) {
     constexpr uint32_t kStrideByteOffset = 1024 >> 4;
     constexpr uint32_t kLayoutSwizzle128B = 1;
