@@ -33,6 +33,16 @@ from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequan
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 
 
+def skewed_sizes(groups: int, expected_m: int, rng: random.Random):
+    """Per-expert row counts far from expected_m (MoE routing under load imbalance): a fifth of the experts get no
+    tokens, a tenth get 4x the mean, the rest expected_m * U(0.3, 1.5)."""
+    sizes = []
+    for _ in range(groups):
+        u = rng.random()
+        sizes.append(0 if u < 0.2 else 4 * expected_m if u >= 0.9 else int(expected_m * rng.uniform(0.3, 1.5)))
+    return sizes
+
+
 def dense_shapes():
     shapes = [(m, n, k) for m in (64, 128, 4096) for n, k in DENSE_NK]
     shapes.append((8192, 8192, 8192))

@@ -1,8 +1,10 @@
 """Time grouped-GEMM configurations the heuristic may not pick (H200 tuning aid; see benchmarks/NOTES.md).
 
-python tools/sweep_grouped.py [--tests N] [--bn 64 128 ...] CASE ...   CASE = contiguous:G:m:n:k | masked:G:m:n:k
-Inputs as in benchmarks/bench.py (rows per group ~ m * U(0.7, 1.3), same seeds); prints us and TFLOPS per config,
-the heuristic's pick marked with '*'.
+python tools/sweep_grouped.py [--tests N] [--bn 64 128 ...] CASE ...
+    CASE = contiguous:G:m:n:k | masked:G:m:n:k | maskedskew:G:m:n:k
+Inputs as in benchmarks/bench.py (rows per group ~ m * U(0.7, 1.3), same seeds); `maskedskew` draws skewed expert
+loads around expected_m = m instead (skewed_sizes: a fifth of the experts empty, a tenth at 4 m). Prints us and
+TFLOPS per config, the heuristic's pick marked with '*'.
 """
 import argparse
 import os
@@ -18,7 +20,7 @@ from deep_gemm.heuristics import GemmProblem, KernelType, get_config  # noqa: E4
 from deep_gemm.heuristics.sm90 import _legal_block, build_sm90_config, kernel_key  # noqa: E402
 from deep_gemm.launchers import sm90_fp8_gemm_1d2d as L  # noqa: E402
 from deep_gemm.testing import bench_kineto  # noqa: E402
-from bench import _grouped_weights, contiguous_m_indices  # noqa: E402
+from bench import _grouped_weights, contiguous_m_indices, skewed_sizes  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("cases", nargs="+")
@@ -31,7 +33,7 @@ for case in args.cases:
     g, m, n, k = int(g), int(m), int(n), int(k)
     kind = KernelType.M_GROUPED_CONTIGUOUS if kind_name == "contiguous" else KernelType.M_GROUPED_MASKED
     rng = random.Random(g * m + n + k)
-    sizes = [int(m * rng.uniform(0.7, 1.3)) for _ in range(g)]
+    sizes = skewed_sizes(g, m, rng) if kind_name == "maskedskew" else [int(m * rng.uniform(0.7, 1.3)) for _ in range(g)]
     b8, sb = _grouped_weights(g, n, k)
     if kind == KernelType.M_GROUPED_CONTIGUOUS:
         layout = contiguous_m_indices(sizes)

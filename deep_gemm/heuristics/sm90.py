@@ -170,16 +170,29 @@ def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[
     if m <= 128:
         # Memory-bound: one M block per group whenever a group fits one (a second block re-reads the expert's
         # weights: 32 x ~64 rows at 4096 x 7168 ran 259 us with 128-row blocks, 315 us with 64-row ones; 8 x ~128
-        # rows: 84-91 us with 128-row blocks, 100-120 us with 64-row ones), then the dense rule (fewest waves,
-        # fullest last wave) for BLOCK_N.
+        # rows: 84-91 us with 128-row blocks, 100-120 us with 64-row ones). BLOCK_N: least waves x bytes per tile
+        # (A and B rows of a K block), ties to the narrower tile (deeper pipeline).
+        # NOTES: H200, 16 groups x 16-48 rows x 4096 x 7168: 64x128 (4 waves) 123.5-125.3 us, 64x192 (3 waves, the
+        # old fewest-waves pick) 127.9-129.1 us, 64x64 127.6-129.1 us.
         bm = 64 if m_hi <= 64 else 128
-        candidates = [(bm, bn) for bn in BLOCK_NS if _legal_block(bm, bn)]
-        return _fewest_waves(candidates, lambda bm_, bn: groups * ceil_div(n, bn), sms)
+        best_key, best = None, None
+        for bn in BLOCK_NS:
+            if not _legal_block(bm, bn) or straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
+                continue
+            waves = num_waves(groups * ceil_div(n, bn), sms)
+            key = (waves * (bm + bn), bn)
+            if best_key is None or key < best_key:
+                best_key, best = key, (bm, bn, waves)
+        return best
     # Compute-bound: the dense model (waves x per-K-block cycles), averaged over the spread of masked_m: one
     # group takes each sampled count while the other groups sit at their mean block count (their sum
     # concentrates), so a single group sees the whole spread and many groups see little of it.
+    # NOTES: no 64-row tiles here: the groups' real counts may be far from expected_m, and every extra M block
+    # re-reads the expert's weights. H200, 64 experts, expected_m 149, skewed loads (a fifth empty, a tenth at 4x):
+    # 128x192 592/374 us against 891/473 us for the 64x192 this model picked with them (n x k = 4096 x 7168 /
+    # 7168 x 2048).
     best_key, best = None, None
-    for bm in (64, 128, 256):
+    for bm in (128, 256):
         blocks = [ceil_div(s, bm) for s in samples]
         others = (groups - 1) * sum(blocks) / len(blocks)
         for bn in BLOCK_NS:
