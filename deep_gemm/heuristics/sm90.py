@@ -134,7 +134,15 @@ def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType
     candidates = [(bm, bn) for bm in _block_ms(m, kind) for bn in BLOCK_NS if _legal_block(bm, bn)]
     if m <= 128:
         # Memory-bound regime: spread the weights over as many SMs as possible (fewest waves, fullest last wave).
-        return _fewest_waves(candidates, lambda bm, bn: ceil_div(m, bm) * ceil_div(n, bn), sms)
+        bm, bn, waves = _fewest_waves(candidates, lambda bm_, bn_: ceil_div(m, bm_) * ceil_div(n, bn_), sms)
+        # NOTES: with two 64-row blocks, one 128-row block per tile is faster where 64-wide tiles still cover most
+        # SMs (H200: 128x7168x16384 40.0 us at 128x64 vs 48.2 at 64x112, 128x7168x2048 8.1 vs 8.9; no gain at
+        # 128x4096x7168 and 100x4096x7168, a loss at 128x2112x7168).
+        if bm == 64 and m > 64 and kind == KernelType.NORMAL and ceil_div(n, 64) >= 0.75 * sms:
+            bn = 64
+            waves = num_waves(ceil_div(n, bn), sms)
+            bm = 128
+        return bm, bn, waves
     # Compute-bound regime: least modelled time = waves x per-tile cycles; ties go to fewer tiles. Widths whose
     # scale choice stays a run-time select are too slow here.
     best_key, best = None, None

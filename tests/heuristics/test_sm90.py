@@ -97,8 +97,9 @@ def test_no_multicast_with_odd_sm_count():
 GOLDEN = {
     (64, 2112, 7168): dict(block_m=64, block_n=16, block_k=128, num_stages=16, num_multicast=1, multicast_on_a=True,
                            swizzle_d_bytes=32, num_sms=132, num_threads=256),
-    (128, 7168, 2048): dict(block_m=64, block_n=112, block_k=128, num_stages=9, num_multicast=1,
-                            multicast_on_a=True, swizzle_d_bytes=32, num_sms=128, num_threads=256),
+    # Two 64-row blocks of m: one 128-row tile per N block where 64-wide tiles still cover most SMs (issue 14).
+    (128, 7168, 2048): dict(block_m=128, block_n=64, block_k=128, num_stages=8, num_multicast=1,
+                            multicast_on_a=True, swizzle_d_bytes=128, num_sms=112, num_threads=384),
 }
 
 
