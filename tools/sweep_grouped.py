@@ -56,10 +56,12 @@ for case in args.cases:
         for bn in args.bn:
             if not _legal_block(bm, bn):
                 continue
-            for mc in (1, 2):
-                if mc == 2 and -(-n // bn) % 2:
+            for mc, on_a in ((1, True), (2, True), (2, False)):
+                # A pair shares an M block (A) or, contiguous only, an N block (B): the other dimension pairs up.
+                if mc == 2 and (-(-n // bn) % 2 if on_a else kind != KernelType.M_GROUPED_CONTIGUOUS or
+                                -(-heur_m // bm) % 2):
                     continue
-                configs.append(build_sm90_config(heur_m, n, k, bm, bn, sms, mc, True,
+                configs.append(build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a,
                                                  full_grid=kind == KernelType.M_GROUPED_MASKED))
     if kernel_key(picked) not in {kernel_key(c) for c in configs}:
         configs.append(picked)
@@ -71,5 +73,6 @@ for case in args.cases:
             L.launch_grouped(kind, a8, sa, b8, sb, out, layout, sms, "sm_90a", m, c)
         t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=args.tests)
         mark = "*" if kernel_key(c) == kernel_key(picked) and c.num_sms == picked.num_sms else " "
-        print(f"{mark} {c.block_m:>3}x{c.block_n:<3} mc{c.num_multicast} st{c.num_stages} grid{c.num_sms:>3} "
+        mc = f"{c.num_multicast}{'B' if c.num_multicast > 1 and not c.multicast_on_a else 'A' if c.num_multicast > 1 else ''}"
+        print(f"{mark} {c.block_m:>3}x{c.block_n:<3} mc{mc} st{c.num_stages} grid{c.num_sms:>3} "
               f"{t * 1e6:8.1f} us {flops / t / 1e12:6.0f} TFLOPS", flush=True)

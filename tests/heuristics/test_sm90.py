@@ -213,9 +213,12 @@ def test_grouped_invariants(problem):
     if problem.kernel_type == CONTIGUOUS:
         # A tile must lie inside one 128-row expert segment.
         assert 128 % cfg.block_m == 0
-    if cfg.num_multicast > 1:
-        # The two CTAs of a pair must share the expert: only A (same M block) may be multicast.
-        assert cfg.multicast_on_a and -(-problem.n // cfg.block_n) % 2 == 0
+    if cfg.num_multicast > 1 and cfg.multicast_on_a:
+        # The pair shares the M block: N blocks come in pairs.
+        assert -(-problem.n // cfg.block_n) % 2 == 0
+    if cfg.num_multicast > 1 and not cfg.multicast_on_a:
+        # The pair shares the N block: M blocks come in pairs, and masked pairs could straddle two groups.
+        assert problem.kernel_type == CONTIGUOUS and -(-problem.m // cfg.block_m) % 2 == 0
     if problem.kernel_type == MASKED:
         # The tile count is only known on the device: the whole (even, when clustered) SM budget is used.
         assert cfg.num_sms == 132

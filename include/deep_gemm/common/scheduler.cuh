@@ -24,6 +24,7 @@ struct Tile {
     uint32_t row_base;    // row of A / D of the tile's first row
     uint32_t valid_rows;  // rows of the tile that may be written (masked: masked_m - m_block * BLOCK_M, capped)
     bool skip;            // contiguous: a padding (or out-of-range expert) block, no MMA work
+    bool pair_shares_b;   // contiguous with B multicast: the pair's two M blocks belong to one expert
 };
 
 // Persistent tile scheduler.
@@ -42,8 +43,9 @@ template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, 
           uint32_t kGroupSize = 16>
 struct TileScheduler {
     DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
-    DG_STATIC_ASSERT(kType == GemmType::Normal or kType == GemmType::KGrouped or kFastAlongN,
-                     "M-grouped GEMMs multicast only A: the two CTAs of a pair must share one expert");
+    DG_STATIC_ASSERT(kType == GemmType::Normal or kType == GemmType::KGrouped or
+                     kType == GemmType::MGroupedContiguous or kFastAlongN,
+                     "masked GEMMs multicast only A: the two CTAs of a pair must share one expert");
     static constexpr uint32_t kNumNBlocks = ceil_div(SHAPE_N, BLOCK_N);
 
     uint32_t shape_m;
@@ -123,10 +125,16 @@ struct TileScheduler {
             tile.valid_rows = BLOCK_M;
             tile.group = 0;
             tile.skip = false;
+            tile.pair_shares_b = true;
             if constexpr (kType == GemmType::MGroupedContiguous) {
                 const int32_t expert = __ldg(grouped_layout + tile.row_base);
                 tile.skip = expert < 0 or static_cast<uint32_t>(expert) >= num_groups;
                 tile.group = tile.skip ? 0u : static_cast<uint32_t>(expert);
+                if constexpr (not kFastAlongN) {
+                    // The pair is M blocks 2i and 2i + 1 of one N block (the host keeps the M block count even).
+                    const int32_t peer = __ldg(grouped_layout + (tile.m_block ^ 1) * BLOCK_M);
+                    tile.pair_shares_b = not tile.skip and peer == expert;
+                }
             }
         }
         next_tile += gridDim.x;

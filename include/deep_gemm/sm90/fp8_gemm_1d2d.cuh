@@ -91,9 +91,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(SHAPE_N > 0 and SHAPE_K > 0, "empty problems are handled on the host");
     DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedContiguous or BLOCK_M <= 128,
                      "contiguous grouped tiles must not span two 128-row expert segments");
-    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or kNumMulticast == 1 or kMulticastOnA,
-                     "grouped GEMMs may multicast only A (the pair shares the M block, hence the expert)");
+    DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedMasked or kNumMulticast == 1 or kMulticastOnA,
+                     "masked GEMMs may multicast only A (the pair shares the M block, hence the expert)");
     constexpr bool kGrouped = kGemmType != GemmType::Normal;
+    // Contiguous with B multicast: the pair's two M blocks may belong to two experts (each CTA then loads its own
+    // B) or one may be padding. Both CTAs must walk the same stages (a multicast lands in the peer's stage and
+    // barrier of the same index), so padding blocks run the pipeline too and are written as zeros.
+    constexpr bool kPairMayDiffer = kGemmType == GemmType::MGroupedContiguous and kNumMulticast > 1 and
+                                    not kMulticastOnA;
+    constexpr bool kSkipPadding = kGemmType == GemmType::MGroupedContiguous and not kPairMayDiffer;
 
     // ---- Shared memory ----
     constexpr uint32_t kSmemABytes = BLOCK_M * kBlockK;  // [BLOCK_M, 128] e4m3, 128B-swizzled
@@ -159,7 +165,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             Tile tile;
             uint32_t stage = 0, phase = 0;
             while (scheduler.next(tile)) {
-                if (tile.skip)
+                if (kSkipPadding and tile.skip)
                     continue;
                 const auto m_idx = static_cast<int32_t>(tile.row_base);
                 const auto n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
@@ -172,8 +178,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     uint8_t* dst_b = smem_b + stage * kSmemBBytes;
                     tma_load_operand<(kNumMulticast > 1 and kMulticastOnA)>(&tensor_map_a, bar, dst_a, k_idx, m_idx,
                                                                           is_leader, kCacheHint);
-                    tma_load_operand<(kNumMulticast > 1 and not kMulticastOnA)>(&tensor_map_b, bar, dst_b, k_idx,
-                                                                              n_idx, is_leader, kCacheHint);
+                    if (kPairMayDiffer and not tile.pair_shares_b)
+                        tma_load_2d(&tensor_map_b, bar, dst_b, k_idx, n_idx, kCacheHint);
+                    else
+                        tma_load_operand<(kNumMulticast > 1 and not kMulticastOnA)>(&tensor_map_b, bar, dst_b, k_idx,
+                                                                                  n_idx, is_leader, kCacheHint);
                     int32_t sa_inner, sa_outer;
                     sa_coords(tile, k_block, sa_inner, sa_outer);
                     tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, sa_inner, sa_outer, kCacheHint);
@@ -271,8 +280,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         const uint32_t wg_thread = threadIdx.x % 128;
         float* wg_sb = smem_sb + math_wg * 2 * kNumSBPerTile;
         auto fetch_sb = [&](const Tile& t, float (&regs)[kSBPerThread]) {
-            if (kGemmType == GemmType::MGroupedContiguous and t.skip)
-                return;  // a padding block: its expert index may be anything, read nothing
+            if (kSkipPadding and t.skip)
+                return;  // a padding block: its expert index may be anything, read nothing (else t.group is 0)
             const uint32_t block0 = t.n_block * BLOCK_N / 128;
             const uint32_t block1 = min(block0 + 1, kNumSBBlocks - 1);
             const float* group_sb = sb + (kGrouped ? t.group * kNumSBBlocks * kNumKBlocks : 0u);
@@ -408,7 +417,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // (measured on the H200); with few straddle cases the whole K loop is instantiated once per case
             // and picked per tile, with many it stays a run-time choice (the heuristic avoids those widths
             // where the GEMM is compute-bound).
-            if (kGemmType == GemmType::MGroupedContiguous and tile.skip) {
+            if (kSkipPadding and tile.skip) {
                 // A padding block: no MMA work, the epilogue writes zeros.
             } else if constexpr (kNumStraddleCases == 1) {
                 k_loop(Int<0>{});
