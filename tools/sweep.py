@@ -12,12 +12,12 @@ import deep_gemm
 from deep_gemm import jit
 from deep_gemm.heuristics import GemmProblem, get_config
 from deep_gemm.heuristics.common import ceil_div
-from deep_gemm.heuristics.sm90 import build_sm90_config
+from deep_gemm.heuristics.sm90 import MAX_STAGES, build_sm90_config
 from deep_gemm.launchers import sm90_fp8_gemm_1d2d
 from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequant_per_token
 
 
-def candidates(m, n, k, bms, bns, sms, max_stages=8):
+def candidates(m, n, k, bms, bns, sms, max_stages=MAX_STAGES):
     out = []
     for bm in bms:
         for bn in bns:
@@ -43,7 +43,7 @@ def main():
     p.add_argument("--bm", type=int, nargs="*", default=[128, 256])
     p.add_argument("--bn", type=int, nargs="*", default=[96, 112, 128, 144, 160])
     p.add_argument("--num-tests", type=int, default=15)
-    p.add_argument("--max-stages", type=int, nargs="*", default=[8], help="also try shallower pipelines")
+    p.add_argument("--max-stages", type=int, nargs="*", default=[MAX_STAGES], help="also try shallower pipelines")
     args = p.parse_args()
     sms = deep_gemm.get_num_sms()
     work = []
