@@ -33,7 +33,10 @@ for case in args.cases:
     g, m, n, k = int(g), int(m), int(n), int(k)
     kind = KernelType.M_GROUPED_CONTIGUOUS if kind_name == "contiguous" else KernelType.M_GROUPED_MASKED
     rng = random.Random(g * m + n + k)
-    sizes = skewed_sizes(g, m, rng) if kind_name == "maskedskew" else [int(m * rng.uniform(0.7, 1.3)) for _ in range(g)]
+    if kind_name == "maskedskew":
+        sizes = skewed_sizes(g, m, rng)
+    else:
+        sizes = [int(m * rng.uniform(0.7, 1.3)) for _ in range(g)]
     b8, sb = _grouped_weights(g, n, k)
     if kind == KernelType.M_GROUPED_CONTIGUOUS:
         layout = contiguous_m_indices(sizes)
@@ -73,6 +76,6 @@ for case in args.cases:
             L.launch_grouped(kind, a8, sa, b8, sb, out, layout, sms, "sm_90a", m, c)
         t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=args.tests)
         mark = "*" if kernel_key(c) == kernel_key(picked) and c.num_sms == picked.num_sms else " "
-        mc = f"{c.num_multicast}{'B' if c.num_multicast > 1 and not c.multicast_on_a else 'A' if c.num_multicast > 1 else ''}"
+        mc = "1" if c.num_multicast == 1 else f"{c.num_multicast}{'A' if c.multicast_on_a else 'B'}"
         print(f"{mark} {c.block_m:>3}x{c.block_n:<3} mc{mc} st{c.num_stages} grid{c.num_sms:>3} "
               f"{t * 1e6:8.1f} us {flops / t / 1e12:6.0f} TFLOPS", flush=True)
