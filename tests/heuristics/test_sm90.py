@@ -263,3 +263,29 @@ def test_masked_cost_is_averaged_over_the_spread_of_masked_m():
     assert get_config(GemmProblem(64, 4096, 7168, 132, kernel_type=MASKED, num_groups=32)).block_m == 128
     assert get_config(GemmProblem(128, 4096, 7168, 132, kernel_type=MASKED, num_groups=8)).block_m == 128
     assert get_config(GemmProblem(32, 4096, 7168, 132, kernel_type=MASKED, num_groups=32)).block_m == 64
+
+
+def test_masked_never_uses_64_row_tiles_above_128_expected_rows():
+    # Issue 14: expected_m says little about each expert's real count; 64-row tiles re-read an expert's weights per
+    # extra M block, which cost 1.2-1.5x on skewed loads (64 experts, expected_m 149; benchmarks/NOTES.md).
+    for m in (129, 149, 200, 300, 600, 1500):
+        for groups in (1, 8, 64):
+            for n, k in [(4096, 7168), (7168, 2048)]:
+                cfg = get_config(GemmProblem(m, n, k, 132, kernel_type=MASKED, num_groups=groups))
+                assert cfg.block_m >= 128, (m, groups, n, k, cfg)
+
+
+def test_masked_decode_block_n_by_waves_times_bytes():
+    # 16 groups x ~32 rows x 4096 x 7168 on the H200: 64x128 (4 waves) 124.6 us, 64x192 (3 waves) 128.3 us.
+    cfg = get_config(GemmProblem(32, 4096, 7168, 132, kernel_type=MASKED, num_groups=16))
+    assert (cfg.block_m, cfg.block_n) == (64, 128)
+
+
+def test_contiguous_multicasts_b_when_m_blocks_pair_up():
+    # Issue 14: B multicast over pairs of M blocks (pairs across two experts load B per CTA on the device).
+    for n, k in [(4096, 7168), (7168, 2048)]:
+        cfg = get_config(GemmProblem(32768, n, k, 132, kernel_type=CONTIGUOUS, num_groups=4))
+        assert cfg.num_multicast == 2 and not cfg.multicast_on_a, cfg
+    # An odd M block count cannot pair up.
+    cfg = get_config(GemmProblem(128 * 33, 7168, 2048, 132, kernel_type=CONTIGUOUS, num_groups=4))
+    assert cfg.num_multicast == 1 or cfg.multicast_on_a
