@@ -1,5 +1,5 @@
-"""deep_gemm: Python package + CUDA headers compiled at run time (no build step for the kernels) + a small C++
-launch fast path (csrc/)."""
+"""deep_gemm: Python package + CUDA headers compiled at run time (no build step for the kernels) + the C++ launch
+module (csrc/)."""
 import os
 import shutil
 
@@ -19,19 +19,14 @@ class BuildPyWithHeaders(build_py):
         if os.path.isdir(dst):
             shutil.rmtree(dst)
         shutil.copytree(src, dst)
-        # csrc/ too: the torch build of the launch fast path is compiled from it at run time (jit/torch_ext.py).
-        csrc_dst = os.path.join(self.build_lib, "deep_gemm", "csrc")
-        if os.path.isdir(csrc_dst):
-            shutil.rmtree(csrc_dst)
-        shutil.copytree(os.path.join(ROOT, "csrc"), csrc_dst)
 
 
-# NOTES: the launch fast path uses only the CPython API (no torch/CUDA headers; libcuda is opened at run time), so
-# it builds in pip's isolated environment with any C++17 compiler. Optional: without a compiler the package still
-# works, through the Python launch path.
-FAST_PATH = Extension("deep_gemm._C", sources=["csrc/fast_launch.cpp"], depends=["csrc/cuda_abi.h"],
-                      extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"], libraries=["dl"],
-                      language="c++", optional=True)
+# NOTES: every kernel launch goes through this module (csrc/launch.cpp). It uses only the CPython API (no torch/CUDA
+# headers; libcuda is opened at run time), so it builds in pip's isolated environment with any C++17 compiler. It is
+# required: without a compiler the install fails rather than producing a package that cannot launch.
+LAUNCH_MODULE = Extension("deep_gemm._C", sources=["csrc/launch.cpp"], depends=["csrc/cuda_abi.h"],
+                          extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"], libraries=["dl"],
+                          language="c++")
 
 setup(
     name="deep_gemm",
@@ -49,7 +44,7 @@ setup(
     # NOTES: cuobjdump (+ the nvdisasm it runs) for tests/jit/test_codegen_budget.py, which counts the kernels' SASS;
     # there is no 13.0 wheel of either, 13.2.51 is the oldest (it prints the same SASS as 13.5.37).
     extras_require={"test": ["pytest>=7", "numpy", "nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51"]},
-    ext_modules=[FAST_PATH],
+    ext_modules=[LAUNCH_MODULE],
     cmdclass={"build_py": BuildPyWithHeaders},
     zip_safe=False,
 )

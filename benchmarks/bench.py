@@ -338,57 +338,73 @@ def run_wgrad_suites(suites, num_tests):
     return rows
 
 
-def select_path(name: str) -> bool:
-    """Route calls through one launch path (see deep_gemm.ops.gemm); False when it is not available."""
-    from deep_gemm.ops import gemm as gemm_mod
-    gemm_mod._torch_ext_state["started"] = True  # no background build while measuring
-    if name == "python":
-        gemm_mod._fast = None
-        return True
-    try:
-        if name == "cpython_api":
-            from deep_gemm import _C as module
-        else:
-            from deep_gemm.jit import torch_ext
-            module = torch_ext.build()
-    except Exception as e:
-        print(f"  launch path {name} unavailable: {e}", file=sys.stderr)
-        return False
-    gemm_mod._fast = gemm_mod._init_fast_module(module)
-    return True
-
-
-def _host_time(fn, batches=50, per_batch=200):
-    """Host seconds per call: batches short enough that the launch queue never fills (so the GPU never sets the
-    pace), with a sync between batches that is not timed."""
+def _host_times(fn, batches=50, per_batch=200):
+    """Host seconds of each of batches x per_batch warmed calls: batches short enough that the launch queue never
+    fills (so the GPU never sets the pace), with a sync between batches that is not timed."""
     for _ in range(per_batch):
         fn()
-    total = 0.0
+    times = []
+    clock = time.perf_counter_ns
     for _ in range(batches):
         torch.cuda.synchronize()
-        start = time.perf_counter()
+        last = clock()
         for _ in range(per_batch):
             fn()
-        total += time.perf_counter() - start
+            now = clock()
+            times.append(now - last)
+            last = now
     torch.cuda.synchronize()
-    return total / (batches * per_batch)
+    return torch.tensor(times, dtype=torch.float64) * 1e-9
 
 
-def host_overhead_us():
-    """Host microseconds per warmed call on a tiny problem, for each launch path, and for torch._scaled_mm."""
+def _host_time_calls():
+    """One small warmed call of every public GEMM (layouts the launch module runs without Python), and
+    torch._scaled_mm on the dense inputs."""
     m = n = k = 128
     a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda"))
     b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((n, k), device="cuda"))
     sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
     out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
-    result = {}
-    for name in ("python", "cpython_api", "torch_ext"):
-        if select_path(name):
-            result[name] = _host_time(lambda: deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)) * 1e6
+    groups = 4
+    bg8, sbg = b8[None].repeat(groups, 1, 1), sb[None].repeat(groups, 1, 1)
+    m_indices = torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(m // groups)
+    a3 = a8[None].repeat(groups, 1, 1)
+    sa3 = deep_gemm.get_col_major_tma_aligned_tensor(sa[None].repeat(groups, 1, 1).contiguous())
+    out3 = torch.empty((groups, m, n), device="cuda", dtype=torch.bfloat16)
+    masked_m = torch.full((groups,), 64, device="cuda", dtype=torch.int32)
+    sa_t, sb_t = sa.t().contiguous(), deep_gemm.per_token_cast_to_fp8(torch.randn((n, k), device="cuda"))[1]
+    sb_t = sb_t.t().contiguous()
+    wout = torch.zeros((m, n), device="cuda")
+    ks = [128] * groups
+    a_flat, b_flat = a8.repeat(groups, 1).view(-1), b8.repeat(groups, 1).view(-1)
+    sa_k, sb_k = sa_t.repeat(groups, 1), sb_t.repeat(groups, 1)
+    kout = torch.zeros((groups, m, n), device="cuda")
+    calls = {
+        "dense": lambda: deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out),
+        "contiguous": lambda: deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a8, sa), (bg8, sbg), out,
+                                                                                   m_indices),
+        "masked": lambda: deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a3, sa3), (bg8, sbg), out3, masked_m, 64),
+        "wgrad": lambda: deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt((a8, sa_t), (b8, sb_t), wout),
+        "k_grouped (4 groups)": lambda: deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a_flat, sa_k), (b_flat, sb_k),
+                                                                                       kout, ks),
+    }
     if hasattr(torch, "_scaled_mm"):
-        sb_t = sb.t()
-        result["torch._scaled_mm"] = _host_time(
-            lambda: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb_t, out_dtype=torch.bfloat16)) * 1e6
+        sb_col = sb.t()
+        calls["torch._scaled_mm"] = lambda: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb_col,
+                                                             out_dtype=torch.bfloat16)
+    return calls
+
+
+def host_overhead_us():
+    """Host microseconds per warmed call of each public GEMM (median, p99 and mean of 10,000 calls), and the share
+    of those calls the launch module made without entering Python."""
+    result = {}
+    for name, fn in _host_time_calls().items():
+        before = deep_gemm.testing.launch_stats()
+        t = _host_times(fn) * 1e6
+        after = deep_gemm.testing.launch_stats()
+        result[name] = dict(median_us=float(t.median()), p99_us=float(t.quantile(0.99)), mean_us=float(t.mean()),
+                            calls=t.numel(), fast_calls=after["fast"] - before["fast"])
     return result
 
 
@@ -451,13 +467,14 @@ def main():
         grouped = run_grouped_suites(args.suite, args.num_tests)
     wgrad = run_wgrad_suites(args.suite, args.num_tests) if {"wgrad", "k_grouped"} & set(args.suite) else []
     if "dense" in args.suite and not args.skip_host:
-        start = time.perf_counter()
-        select_path("torch_ext")
-        print(f"torch launch extension ready in {time.perf_counter() - start:.1f} s (a build when not cached)")
         host = host_overhead_us()
-        summary.update(host_us_per_call=host)
-        print("host time per warmed call (128^3, batches of 200 calls, sync between batches not timed): "
-              + ", ".join(f"{name} {us:.2f} us" for name, us in host.items()))
+        summary.update(host_us_per_call=host, launch_path=deep_gemm.get_launch_path())
+        print(f"host time per warmed call (launch path {deep_gemm.get_launch_path()}; 10,000 calls in batches of 200, "
+              f"sync between batches not timed):")
+        for name, h in host.items():
+            print(f"  {name:>22}: median {h['median_us']:.2f} us, p99 {h['p99_us']:.2f} us, mean {h['mean_us']:.2f} us"
+                  + (f" ({h['fast_calls']} of {h['calls'] + 200} calls without Python)" if "_scaled_mm" not in name
+                     else ""))
         cold, hit = compile_times()
         summary.update(cold_compile_s=cold, disk_cache_hit_s=hit)
         print(f"NVRTC cold compile of one kernel: {cold:.2f} s; disk-cache hit in a fresh process: {hit * 1e3:.1f} ms")

@@ -120,3 +120,26 @@ def bench_kineto(fn: Callable[[], object], kernel_names: Optional[Union[str, Ite
             raise RuntimeError(f"no kernel matching {n!r} was profiled")
     result = tuple(t / 1e6 / num_tests for t in totals)
     return result[0] if single else result
+
+
+# Test and tuning hooks (documented in the README, "Test hooks"): behaviour is selected only through these.
+def forced_config(config):
+    """Context manager: calls inside the block run kernel configuration `config` (a
+    `deep_gemm.heuristics.GemmConfig`) instead of the heuristic's pick; every cached plan is dropped on entry and
+    exit. For tests and tuning sweeps (tools/sweep*.py), not for production."""
+    from .runtime import forced_config as _forced
+    return _forced(config)
+
+
+def launch_stats() -> dict:
+    """Counters of the launch module: "fast" (launched without entering Python), "slow" (through the Python
+    path), "registered" (plans handed to the C++ table so far), "plans" (held now)."""
+    from .runtime import stats
+    return stats()
+
+
+def clear_plans() -> None:
+    """Forget every validated layout, cached plan and loaded kernel handle (the next call of each layout is a
+    first call again; the on-disk kernel cache is kept)."""
+    from .runtime import clear_plans as _clear
+    _clear()

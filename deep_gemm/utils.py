@@ -1,21 +1,15 @@
 """Small public helpers (DeepGEMM-compatible names)."""
 import functools
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 import torch
 
 from .heuristics.common import align, ceil_div
 
 __all__ = ["ceil_div", "align", "get_tma_aligned_size", "get_col_major_tma_aligned_tensor", "set_num_sms",
-           "get_num_sms", "get_device_arch", "device_num_sms"]
+           "get_num_sms", "reset_num_sms", "get_device_arch", "device_num_sms"]
 
 _num_sms_cap: Optional[int] = None
-_num_sms_listeners: List[Callable[[], None]] = []
-
-
-def on_num_sms_change(callback: Callable[[], None]) -> None:
-    """Call `callback()` whenever `set_num_sms` changes the cap (caches keyed without it must be dropped)."""
-    _num_sms_listeners.append(callback)
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,7 +38,10 @@ def run_on_device(device: torch.device, fn: Callable, *args):
 
 
 def set_num_sms(num_sms: int) -> None:
-    """Cap the persistent grid at `num_sms` SMs (e.g. to leave SMs to communication kernels)."""
+    """Cap the persistent grid at `num_sms` SMs (e.g. to leave SMs to communication kernels).
+
+    The cap is part of every cached layout's key, so switching it back and forth (as serving engines do around
+    overlapped kernels) keeps the plans of each cap warm instead of dropping them."""
     global _num_sms_cap
     if isinstance(num_sms, bool) or not isinstance(num_sms, int):
         raise TypeError(f"num_sms must be an int, got {type(num_sms).__name__}")
@@ -54,10 +51,17 @@ def set_num_sms(num_sms: int) -> None:
         total = device_num_sms(torch.cuda.current_device())
         if num_sms > total:
             raise ValueError(f"num_sms={num_sms} exceeds the {total} SMs of the current device")
-    if num_sms != _num_sms_cap:
-        _num_sms_cap = num_sms
-        for callback in _num_sms_listeners:
-            callback()
+    from . import _C
+    _num_sms_cap = num_sms
+    _C.set_num_sms_cap(num_sms)
+
+
+def reset_num_sms() -> None:
+    """Remove the `set_num_sms` cap: the kernels use every SM of the device again."""
+    global _num_sms_cap
+    from . import _C
+    _num_sms_cap = None
+    _C.set_num_sms_cap(0)
 
 
 def get_num_sms(device_index: Optional[int] = None) -> int:

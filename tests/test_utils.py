@@ -81,9 +81,10 @@ def test_col_major_errors():
 
 
 @pytest.fixture
-def no_sms_cap(monkeypatch):
-    # monkeypatch restores the module's cap at teardown, whatever the test set.
-    monkeypatch.setattr(utils, "_num_sms_cap", None)
+def no_sms_cap():
+    deep_gemm.reset_num_sms()
+    yield
+    deep_gemm.reset_num_sms()
 
 
 @pytest.mark.parametrize("value", [1.5, True, False, "8", None])

@@ -8,8 +8,7 @@ import torch
 
 import deep_gemm
 from deep_gemm.heuristics.sm90 import build_sm90_config
-from deep_gemm.launchers import sm90_fp8_gemm_1d2d
-from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
+from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token, forced_config
 
 p = argparse.ArgumentParser()
 p.add_argument("m", type=int)
@@ -26,8 +25,9 @@ a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((a.m, a.k), device="cuda"))
 b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((a.n, a.k), device="cuda"))
 sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
 out = torch.empty((a.m, a.n), device="cuda", dtype=torch.bfloat16)
-for _ in range(a.calls):
-    sm90_fp8_gemm_1d2d.launch(a8, sa, b8, sb, out, sms, "sm_90a", cfg)
-torch.cuda.synchronize()
+with forced_config(cfg):
+    for _ in range(a.calls):
+        deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)
+    torch.cuda.synchronize()
 ref = dequant_per_token(a8, sa) @ dequant_per_block(b8, sb).t()
 print(cfg, "diff", calc_diff(out, ref))

@@ -19,7 +19,7 @@ from deep_gemm import jit  # noqa: E402
 from deep_gemm.heuristics import GemmProblem, KernelType, get_config  # noqa: E402
 from deep_gemm.heuristics.sm90 import _legal_block, build_sm90_config, kernel_key  # noqa: E402
 from deep_gemm.launchers import sm90_fp8_gemm_1d2d as L  # noqa: E402
-from deep_gemm.testing import bench_kineto  # noqa: E402
+from deep_gemm.testing import bench_kineto, forced_config  # noqa: E402
 from bench import _grouped_weights, contiguous_m_indices, skewed_sizes  # noqa: E402
 
 p = argparse.ArgumentParser()
@@ -71,10 +71,15 @@ for case in args.cases:
     jit.build_many([L.kernel_source(n, k, c, kind) for c in configs], "sm_90a")
     flops = 2 * sum(sizes) * n * k
     print(f"== {case} rows={sum(sizes)} (sizes {sizes[:6]}{'...' if g > 6 else ''})", flush=True)
-    for c in configs:
+    if kind == KernelType.M_GROUPED_CONTIGUOUS:
         def fn():
-            L.launch_grouped(kind, a8, sa, b8, sb, out, layout, sms, "sm_90a", m, c)
-        t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=args.tests)
+            deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a8, sa), (b8, sb), out, layout)
+    else:
+        def fn():
+            deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a8, sa), (b8, sb), out, layout, m)
+    for c in configs:
+        with forced_config(c):
+            t = bench_kineto(fn, "fp8_gemm_1d2d", num_tests=args.tests)  # its warm-up call builds the plan
         mark = "*" if kernel_key(c) == kernel_key(picked) and c.num_sms == picked.num_sms else " "
         mc = "1" if c.num_multicast == 1 else f"{c.num_multicast}{'A' if c.multicast_on_a else 'B'}"
         print(f"{mark} {c.block_m:>3}x{c.block_n:<3} mc{mc} st{c.num_stages} grid{c.num_sms:>3} "

@@ -11,8 +11,7 @@ import torch
 
 import deep_gemm
 from deep_gemm.heuristics import sm90_wgrad
-from deep_gemm.launchers import sm90_fp8_wgrad_1d1d as launcher
-from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_token
+from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_token, forced_config
 
 
 def _configs(m, n, groups, specs):
@@ -52,24 +51,19 @@ def main():
         configs = [default] + _configs(m, n, groups, specs)
         print(f"== {m}x{n}x{k} groups={groups}; heuristic: {default.block_m}x{default.block_n} "
               f"stages={default.num_stages} mc={default.num_multicast}{'A' if default.multicast_on_a else 'B'}")
+
+        def fn():
+            deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a_flat, sa_t), (b_flat, sb_t), out, [k] * groups)
         for cfg in configs:
-            original = launcher.get_wgrad_config
-            launcher.get_wgrad_config = lambda *_, cfg=cfg: cfg
-            launcher._plans.clear()
-            try:
-                def fn():
-                    deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a_flat, sa_t), (b_flat, sb_t), out, [k] * groups)
+            with forced_config(cfg):
                 out.zero_()
-                fn()
+                fn()  # builds the plan of the forced config
                 torch.cuda.synchronize()
                 diff = calc_diff(out[-1], ref)
                 t = bench_kineto(fn, "fp8_wgrad_1d1d", num_tests=10)
-            finally:
-                launcher.get_wgrad_config = original
             print(f"  {cfg.block_m}x{cfg.block_n} st={cfg.num_stages} mc={cfg.num_multicast}"
                   f"{'A' if cfg.multicast_on_a else 'B'} grid={cfg.num_sms}: {t * 1e6:8.1f} us "
                   f"{2 * m * n * k * groups / t / 1e12:6.0f} TFLOPS diff={diff:.1e}", flush=True)
-        launcher._plans.clear()
 
 
 if __name__ == "__main__":

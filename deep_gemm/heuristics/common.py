@@ -1,6 +1,7 @@
 """Arch-neutral problem/config types and wave arithmetic."""
 import enum
 from dataclasses import dataclass
+from typing import Optional
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -78,3 +79,18 @@ def last_wave_util(num_tiles: int, num_sms: int) -> int:
 def min_sms_for_waves(num_tiles: int, waves: int, multiple: int) -> int:
     """Fewest SMs (a multiple of `multiple`) that still finish `num_tiles` in `waves` waves."""
     return align(ceil_div(num_tiles, waves), multiple)
+
+
+# A configuration forced by the test/tuning hook `deep_gemm.testing.forced_config` (None: the heuristics decide).
+_forced_config: Optional[GemmConfig] = None
+
+
+def get_forced_config() -> Optional[GemmConfig]:
+    return _forced_config
+
+
+def set_forced_config(config: Optional[GemmConfig]) -> Optional[GemmConfig]:
+    """Set the forced configuration; returns the previous one."""
+    global _forced_config
+    previous, _forced_config = _forced_config, config
+    return previous

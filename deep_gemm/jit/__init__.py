@@ -1,4 +1,4 @@
-"""JIT: codegen -> compile (NVRTC / nvcc) -> on-disk cache -> load -> launch."""
+"""JIT: codegen -> compile (NVRTC / nvcc) -> on-disk cache -> load (launches: deep_gemm._C)."""
 import sys
 import threading
 from typing import Dict, Tuple

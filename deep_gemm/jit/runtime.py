@@ -1,7 +1,6 @@
-"""Loading cubins and launching kernels through the CUDA driver API (cuda-bindings)."""
-import ctypes
+"""Loading cubins through the CUDA driver API (cuda-bindings); launches go through `deep_gemm._C`."""
 import threading
-from typing import Dict, Sequence, Tuple
+from typing import Dict
 
 
 class CUDADriverError(RuntimeError):
@@ -52,27 +51,6 @@ class LoadedKernel:
                 self._functions[device_index] = f
         return f
 
-    def launch_config(self, device_index: int, grid: int, cluster: int):
-        """A reusable launch configuration (set `.hStream` before each launch)."""
-        cu = _driver()
-        config = cu.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = self.num_threads, 1, 1
-        config.sharedMemBytes = self.smem_size
-        attr = cu.CUlaunchAttribute()
-        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
-        config.attrs = [attr]
-        config.numAttrs = 1
-        return config, self.function(device_index)
-
-    @staticmethod
-    def launch(config, function, stream: int, args: Tuple[Sequence, Sequence]) -> None:
-        config.hStream = stream
-        err = _driver().cuLaunchKernelEx(config, function, args, 0)
-        if err[0] != 0:
-            check(err)
-
 
 def current_context():
     """The CUcontext current on this thread."""
@@ -86,8 +64,3 @@ def ensure_context(device_index: int) -> None:
     if ctx is None or int(ctx) == 0:
         dev = check(cu.cuDeviceGet(device_index))
         check(cu.cuCtxSetCurrent(check(cu.cuDevicePrimaryCtxRetain(dev))))
-
-
-# ctypes types for scalar kernel arguments
-U32 = ctypes.c_uint32
-PTR = ctypes.c_void_p

@@ -1,18 +1,23 @@
-"""Launcher of include/deep_gemm/sm90/fp8_gemm_1d2d.cuh: problem -> config -> TMA descriptors -> launch."""
+"""Kernel family of include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (dense, MoE contiguous and masked GEMMs): validation
+of each op's arguments into a layout, the kernel configuration, and the `_C` plan that launches it."""
+import numbers
 import sys
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Tuple
 
 import torch
 
-from .. import jit
+from .. import _C, jit
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, KernelType, get_config
+from ..heuristics.common import ceil_div, get_forced_config
 from ..heuristics.sm90 import sm90_kernel_variants
-from ..heuristics.common import ceil_div
-from ..utils import get_tma_aligned_size
-from ..jit.runtime import PTR, U32, LoadedKernel, current_context, ensure_context
-from .tma import cached_2d_tma, current_raw_stream, tma_enum_values, tma_row_stride
+from ..jit.runtime import ensure_context
+from ..ops import checks
+from ..utils import (get_device_arch, get_num_sms, get_tma_aligned_size, is_col_major_tma_aligned, run_on_device,
+                     tma_ready_scales)
+from .plan import ParamBuffer, make_plan, noop_plan, tensor_geometry
+from .tma import tma_row_stride
 
 HEADER = "deep_gemm/sm90/fp8_gemm_1d2d.cuh"
 FUNCTION = "deep_gemm::sm90::fp8_gemm_1d2d_impl"
@@ -34,15 +39,17 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
 
 
 @dataclass
-class _Plan:
+class _Kernel:
     config: GemmConfig
-    kernel: LoadedKernel
-    launch_config: object  # CUlaunchConfig, reused across calls
-    function: object       # CUfunction of the device
+    function: object  # CUfunction in the device's primary context
 
 
-_plans: Dict[Tuple, _Plan] = {}
+_kernels: Dict[Tuple, _Kernel] = {}
 _seen_nk: set = set()
+
+
+def clear_kernels() -> None:
+    _kernels.clear()
 
 
 def precompile_variants(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL) -> int:
@@ -53,131 +60,265 @@ def precompile_variants(n: int, k: int, num_sms: int, arch: str, kind: KernelTyp
     return jit.build_many([kernel_source(n, k, c, kind) for c in variants], arch)
 
 
-def _plan(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str,
-          config: Optional[GemmConfig] = None, kind: KernelType = KernelType.NORMAL, num_groups: int = 1) -> _Plan:
-    """m: rows (dense, contiguous) or expected rows per group (masked)."""
-    key = (m, n, k, num_sms, device_index, arch, config, kind, num_groups)
-    plan = _plans.get(key)
-    if plan is None:
-        if config is None:
-            config = get_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
+def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, kind: KernelType,
+            num_groups: int) -> _Kernel:
+    """The configured, loaded kernel; m: rows (dense, contiguous) or expected rows per group (masked)."""
+    forced = get_forced_config()
+    key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        config = forced or get_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
         env = read_env()
         if env.print_configs:
             print(f"[deep_gemm] {kind.value} m={m} n={n} k={k} groups={num_groups}: {config}", file=sys.stderr)
-        if env.jit_precompile and kind != KernelType.M_GROUPED_MASKED and (n, k, num_sms, arch, kind) not in _seen_nk:
+        if env.jit_precompile and forced is None and kind != KernelType.M_GROUPED_MASKED \
+                and (n, k, num_sms, arch, kind) not in _seen_nk:
             _seen_nk.add((n, k, num_sms, arch, kind))
             precompile_variants(n, k, num_sms, arch, kind)
         ensure_context(device_index)
-        kernel = jit.load(kernel_source(n, k, config, kind), arch, config.num_threads, config.smem_size)
-        launch_config, function = kernel.launch_config(device_index, config.num_sms, config.num_multicast)
-        plan = _plans[key] = _Plan(config, kernel, launch_config, function)
-    return plan
+        loaded = jit.load(kernel_source(n, k, config, kind), arch, config.num_threads, config.smem_size)
+        kernel = _kernels[key] = _Kernel(config, loaded.function(device_index))
+    return kernel
 
 
-def map_specs(m: int, n: int, k: int, sa_stride: int, a_row_stride: int, b_row_stride: int, out_row_stride: int,
-              cfg: GemmConfig, b_rows: Optional[int] = None, sa_outer: Optional[int] = None,
-              sa_inner: Optional[int] = None) -> Tuple[Tuple[int, ...], ...]:
-    """The kernel's four TMA descriptors (A, B, SA, out) as `make_2d_tma` arguments minus the address, each led by
-    the index of its tensor in (A, SA, B, SB, out). m = rows of A and out; grouped launches pass B's total rows
-    (G * n) and SA's extents ([G * ceil(k/128), m_max] for masked)."""
-    d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
-    return (
-        (0, 1, k, m, a_row_stride, 128, cfg.block_m, 128, True),
-        (2, 1, k, n if b_rows is None else b_rows, b_row_stride, 128, cfg.block_n, 128, True),
-        (1, 4, m if sa_inner is None else sa_inner, ceil_div(k, 128) if sa_outer is None else sa_outer, sa_stride,
-         cfg.block_m, 1, 0, False),
-        # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
-        (4, 2, n, m, out_row_stride, d_box, 64, cfg.swizzle_d_bytes, True),
-    )
+def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0):
+    """The `_C` plan of one layout, from kernel-ready tensors (A, SA, B, SB, out[, index]) with m, n, k > 0:
+    SA MN-major and TMA-aligned, SB contiguous, A / B / out TMA operands, out n % 8 == 0.
 
-
-def launch(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, out: torch.Tensor,
-           num_sms: int, arch: str, config: Optional[GemmConfig] = None) -> Optional[tuple]:
-    """All inputs validated by the caller: a [m,k] e4m3, sa MN-major [m, kb] (stride (1, m_aligned)),
-    b [n,k] e4m3, sb contiguous [ceil(n/128), kb] fp32, out [m,n] bf16; m, n, k > 0.
-
-    Returns the launch as a plan for the C++ fast path (see `fast_plan`)."""
-    m, k = a.shape
-    n = b.shape[0]
-    device_index = a.device.index
-    plan = _plan(m, n, k, num_sms, device_index, arch, config)
-    sa_stride = sa.stride(1) if sa.shape[1] > 1 else get_tma_aligned_size(m, 4)
-    specs = map_specs(m, n, k, sa_stride, tma_row_stride(a), tma_row_stride(b), tma_row_stride(out), plan.config)
-    tensors = (a, sa, b, sb, out)
-    maps = [cached_2d_tma(tensors[s[0]].data_ptr(), *s[1:]) for s in specs]
-    args = ((*maps, sb.data_ptr(), m, 0, 0, 0, 0), _ARG_TYPES)
-    LoadedKernel.launch(plan.launch_config, plan.function, current_raw_stream(device_index), args)
-    return plan, specs
-
-
-# Kernel parameters after the four tensor maps: sb, shape_m, grouped_layout, num_groups, d, d_row_stride.
-_ARG_TYPES = (None, None, None, None, PTR, U32, PTR, U32, PTR, U32)
-
-
-@dataclass
-class GroupedLaunch:
-    """Everything a grouped launch needs except the pointers (cached per layout by deep_gemm/ops/grouped.py)."""
-    plan: _Plan
-    specs: Tuple[Tuple[int, ...], ...]  # TMA descriptors, see map_specs
-    shape_m: int                        # M (contiguous) or m_max (masked)
-    num_groups: int
-    d_row_stride: int                   # out's row stride in elements
-    device_index: int
-
-
-def prepare_grouped(kind: KernelType, a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-                    num_sms: int, arch: str, expected_m: int = 0,
-                    config: Optional[GemmConfig] = None) -> GroupedLaunch:
-    """Plan a grouped launch from the layouts; inputs validated by the caller (deep_gemm/ops/grouped.py), all
-    extents > 0.
-
-    Contiguous: a [M, k], sa MN-major [M, kb], out [M, n] (grouped_layout = m_indices [M]).
-    Masked: a [G, m_max, k], sa MN-major [G, m_max, kb] (stride (kb * m_al, 1, m_al)), out [G, m_max, n]
-    (grouped_layout = masked_m [G]). Both: b [G, n, k] viewable as [G * n, k], sb contiguous [G, ceil(n/128), kb].
-    """
-    num_groups, n, k = b.shape
+    Dense: A [m, k], SA [m, kb], B [n, k], SB [ceil(n/128), kb], out [m, n].
+    Contiguous: A [M, k], SA [M, kb], B [G, n, k], SB [G, ceil(n/128), kb], out [M, n], index m_indices [M].
+    Masked: A [G, m_max, k], SA [G, m_max, kb], B / SB as above, out [G, m_max, n], index masked_m [G]."""
+    a, sa, b, sb, out = tensors[:5]
+    k = a.shape[-1]
     kb = ceil_div(k, 128)
+    num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
     if kind == KernelType.M_GROUPED_MASKED:
         m_max = a.shape[1]
         rows = num_groups * m_max
         a2, out2 = a.view(rows, k), out.view(rows, n)
-        sa_stride = sa.stride(2) if kb > 1 else get_tma_aligned_size(m_max, 4)
+        sa_inner, sa_outer, sa_stride = m_max, num_groups * kb, sa.stride(2) if kb > 1 else \
+            get_tma_aligned_size(m_max, 4)
         heuristic_m, shape_m = expected_m, m_max
-        sa_extents = dict(sa_inner=m_max, sa_outer=num_groups * kb)
     else:
         rows = a.shape[0]
         a2, out2 = a, out
-        sa_stride = sa.stride(1) if kb > 1 else get_tma_aligned_size(rows, 4)
-        heuristic_m, shape_m = rows, rows
-        sa_extents = {}
-    device_index = a.device.index
-    plan = _plan(heuristic_m, n, k, num_sms, device_index, arch, config, kind, num_groups)
+        sa_inner, sa_outer, sa_stride = rows, kb, sa.stride(1) if kb > 1 else get_tma_aligned_size(rows, 4)
+        heuristic_m = shape_m = rows
     b2 = b.view(num_groups * n, k)
-    specs = map_specs(rows, n, k, sa_stride, tma_row_stride(a2), tma_row_stride(b2), tma_row_stride(out2),
-                      plan.config, b_rows=num_groups * n, **sa_extents)
-    return GroupedLaunch(plan, specs, shape_m, num_groups, tma_row_stride(out2), device_index)
+    device_index = a.device.index
+    kernel = _kernel(heuristic_m, n, k, num_sms, device_index, arch, kind, num_groups)
+    cfg = kernel.config
+    out_row_stride = tma_row_stride(out2)
+    params = ParamBuffer()
+    params.tensor_map(0, 1, (k, rows), (tma_row_stride(a2),), (128, cfg.block_m), 128)
+    params.tensor_map(2, 1, (k, num_groups * n), (tma_row_stride(b2),), (128, cfg.block_n), 128)
+    params.tensor_map(1, 4, (sa_inner, sa_outer), (sa_stride,), (cfg.block_m, 1), 0, l2_promotion=False)
+    # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
+    d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
+    params.tensor_map(4, 2, (n, rows), (out_row_stride,), (d_box, 64), cfg.swizzle_d_bytes)
+    params.pointer(3)
+    params.u32(shape_m)
+    if kind == KernelType.NORMAL:  # grouped_layout, num_groups, d, d_row_stride: unused by the dense GEMM
+        params.null_pointer(), params.u32(0), params.null_pointer(), params.u32(0)
+    else:
+        params.pointer(5), params.u32(num_groups), params.pointer(4), params.u32(out_row_stride)
+    launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)
+    # TMA operands need 16-byte aligned addresses; SB and the index tensor are read as plain arrays.
+    align_masks = (15, 15, 15, 3, 15, 3)[:len(tensors)]
+    return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors], (4,),
+                     (launch,))
 
 
-def launch_prepared(prepared: GroupedLaunch, ptrs: Tuple[int, ...], layout_ptr: int) -> None:
-    """Launch a prepared grouped GEMM; ptrs = data pointers of (A, SA, B, SB, out)."""
-    maps = [cached_2d_tma(ptrs[s[0]], *s[1:]) for s in prepared.specs]
-    args = ((*maps, ptrs[3], prepared.shape_m, layout_ptr, prepared.num_groups, ptrs[4], prepared.d_row_stride),
-            _ARG_TYPES)
-    plan = prepared.plan
-    LoadedKernel.launch(plan.launch_config, plan.function, current_raw_stream(prepared.device_index), args)
+# ---- Validation: one normaliser per op of this family, one layout type, one `run` ----
+
+_NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
 
 
-def launch_grouped(kind: KernelType, a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor,
-                   out: torch.Tensor, grouped_layout: torch.Tensor, num_sms: int, arch: str, expected_m: int = 0,
-                   config: Optional[GemmConfig] = None) -> _Plan:
-    """`prepare_grouped` + `launch_prepared` in one call (tools, tests)."""
-    prepared = prepare_grouped(kind, a, sa, b, out, num_sms, arch, expected_m, config)
-    launch_prepared(prepared, tuple(t.data_ptr() for t in (a, sa, b, sb, out)), grouped_layout.data_ptr())
-    return prepared.plan
+def can_implement(device: torch.device, op: str) -> None:
+    """Raise NotImplementedError unless this family has a kernel for the device."""
+    arch = get_device_arch(device.index)
+    if arch != "sm_90a":
+        raise NotImplementedError(f"{op} has no kernel for {arch} yet (device {device})")
 
 
-def fast_plan(plan: _Plan, specs, m: int, device_index: int, extents: Tuple[int, ...]) -> tuple:
-    """The tuple `deep_gemm._C` caches for a layout: everything a launch needs except the five pointers."""
-    cfg = plan.config
-    return (int(plan.function), int(current_context()), device_index, cfg.num_sms, cfg.num_threads, cfg.smem_size,
-            cfg.num_multicast, m, tuple(extents), tuple((s[0], *tma_enum_values(*s[1:])) for s in specs))
+@dataclass
+class GemmLayout:
+    """What the full checks concluded for one layout of a dense / contiguous / masked call (dtypes, shapes,
+    strides, devices, SM cap, expected_m); `action` is "none" (nothing to compute), "zero" (zero out),
+    "zero_masked" (k = 0, masked) or "launch". Plans are made once per kernel-ready tensor geometry."""
+    kind: KernelType
+    action: str
+    device: torch.device
+    ragged_n: bool               # n % 8 != 0: through an aligned temporary (dense, contiguous)
+    sa_ready: bool               # SA already MN-major and TMA-aligned (its pointer is still checked per call)
+    sb_contiguous: bool
+    extents: Tuple[int, ...]     # bytes spanned by (A, SA, B, SB, out[, index]), for the overlap check
+    expected_m: int
+    num_sms: int
+    arch: str
+    plans: dict = field(default_factory=dict)
+
+    def run(self, lhs, rhs, out, index=None, expected_m=None):
+        """The per-call part: pointer checks, then nothing, zeroing or the launch. Returns the plan when the call
+        needed no conversion (so `_C` can launch later calls of this layout by itself), else None."""
+        a, sa = lhs
+        b, sb = rhs
+        tensors = (a, sa, b, sb, out) if index is None else (a, sa, b, sb, out, index)
+        if self.action == "none":
+            return noop_plan(self.device.index, len(tensors), self.extents, (4,))
+        ptrs = [t.data_ptr() for t in tensors]
+        if self.action == "launch" and (ptrs[0] | ptrs[2] | (0 if self.ragged_n else ptrs[4])) & 15:
+            for i in (0, 2) + (() if self.ragged_n else (4,)):
+                checks.check_tma_matrix(checks.rows_view(tensors[i], _NAMES_1D2D[i]), _NAMES_1D2D[i])
+        names = _NAMES_1D2D + ("masked_m" if self.kind == KernelType.M_GROUPED_MASKED else "m_indices",)
+        checks.check_no_overlap_ptrs("out", ptrs[4], self.extents[4],
+                                     [(names[i], ptrs[i], self.extents[i]) for i in range(len(tensors)) if i != 4])
+        if self.action == "zero":
+            out.zero_()
+            return None
+        if self.action == "zero_masked":
+            num_groups, m_max, _ = out.shape
+            rows = torch.arange(m_max, device=self.device).view(1, m_max, 1)
+            zero = torch.zeros((), dtype=out.dtype, device=self.device)
+            out.copy_(torch.where(rows < index.view(num_groups, 1, 1), zero, out))
+            return None
+        sa_k, sb_k = tma_ready_scales(sa, sb, self.sa_ready, self.sb_contiguous)
+        target = out
+        if self.ragged_n:
+            m, n = out.shape
+            target = torch.empty((m, n + (-n) % 8), dtype=out.dtype, device=self.device)
+        kernel_tensors = (a, sa_k, b, sb_k, target) + tensors[5:]
+        plan = run_on_device(self.device, self._launch, kernel_tensors)
+        if self.ragged_n:
+            out.copy_(target[:, :out.shape[1]])
+        return plan if (sa_k is sa and sb_k is sb and target is out) else None
+
+    def _launch(self, tensors):
+        geometry = tensor_geometry(tensors)
+        plan = self.plans.get(geometry)
+        if plan is None:
+            plan = self.plans[geometry] = build_plan(self.kind, tensors, self.num_sms, self.arch, self.expected_m)
+        _C.launch(plan, tuple(t.data_ptr() for t in tensors))
+        return plan
+
+
+def _layout(kind, action, device, sa, sb, named, ragged_n=False, expected_m=0) -> GemmLayout:
+    return GemmLayout(kind, action, device, ragged_n, is_col_major_tma_aligned(sa), sb.is_contiguous(),
+                      tuple(checks.extent_bytes(t) for _, t in named), expected_m, get_num_sms(device.index),
+                      get_device_arch(device.index))
+
+
+def normalise_dense(lhs, rhs, out) -> GemmLayout:
+    """Every layout check of `gemm_fp8_fp8_bf16_nt`, with errors naming the argument."""
+    a, sa = checks.unpack_pair(lhs, "lhs")
+    b, sb = checks.unpack_pair(rhs, "rhs")
+    checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
+    checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 2)
+    checks.check_tensor(b, "rhs[0] (B)", torch.float8_e4m3fn, 2)
+    checks.check_tensor(sb, "rhs[1] (SB)", torch.float32, 2)
+    checks.check_tensor(out, "out", torch.bfloat16, 2)
+    m, k = a.shape
+    n, k_b = b.shape
+    if k_b != k:
+        raise ValueError(f"rhs[0] (B) must have shape (n, {k}) to match A's k={k}, got {tuple(b.shape)}")
+    checks.check_shape(out, "out", (m, n), "m x n")
+    kb = ceil_div(k, 128)
+    checks.check_shape(sa, "lhs[1] (SA)", (m, kb), "m x ceil(k/128)")
+    checks.check_shape(sb, "rhs[1] (SB)", (ceil_div(n, 128), kb), "ceil(n/128) x ceil(k/128)")
+    named = list(zip(_NAMES_1D2D, (a, sa, b, sb, out)))
+    device = checks.check_same_cuda_device(named)
+    kind = KernelType.NORMAL
+    if m == 0 or n == 0:
+        return _layout(kind, "none", device, sa, sb, named)
+    # NOTES: a TMA store writes whole 16-byte chunks of a row: with n % 8 != 0 the last chunk would spill into
+    # whatever follows the row (measured on the H200), so such outputs go through an aligned temporary.
+    ragged_n = n % 8 != 0
+    checks.check_out_rows(out, ragged_n)
+    checks.check_no_overlap(out, "out", named[:4])
+    if k == 0:
+        return _layout(kind, "zero", device, sa, sb, named, ragged_n)
+    checks.check_tma_matrix(a, "lhs[0] (A)")
+    checks.check_tma_matrix(b, "rhs[0] (B)")
+    can_implement(device, "gemm_fp8_fp8_bf16_nt")
+    return _layout(kind, "launch", device, sa, sb, named, ragged_n)
+
+
+def _check_grouped_rhs(rhs, k: int):
+    """B [G, n, k] e4m3 (viewable as [G * n, k]) and SB [G, ceil(n/128), ceil(k/128)] fp32."""
+    b, sb = checks.unpack_pair(rhs, "rhs")
+    checks.check_tensor(b, "rhs[0] (B)", torch.float8_e4m3fn, 3)
+    checks.check_tensor(sb, "rhs[1] (SB)", torch.float32, 3)
+    num_groups, n, k_b = b.shape
+    if k_b != k:
+        raise ValueError(f"rhs[0] (B) must have shape (G, n, {k}) to match A's k={k}, got {tuple(b.shape)}")
+    checks.check_shape(sb, "rhs[1] (SB)", (num_groups, ceil_div(n, 128), ceil_div(k, 128)),
+                       "G x ceil(n/128) x ceil(k/128)")
+    return b, sb, num_groups, n
+
+
+def _check_operand(t: torch.Tensor, name: str) -> None:
+    """A 2-D or stacked 3-D TMA operand (A, B or out): rows of unit stride, 16-byte aligned row stride/pointer."""
+    checks.check_tma_matrix(checks.rows_view(t, name), name)
+
+
+def normalise_contiguous(lhs, rhs, out, m_indices) -> GemmLayout:
+    """Every layout check of `m_grouped_gemm_fp8_fp8_bf16_nt_contiguous`, with errors naming the argument."""
+    a, sa = checks.unpack_pair(lhs, "lhs")
+    checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
+    checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 2)
+    m, k = a.shape
+    b, sb, num_groups, n = _check_grouped_rhs(rhs, k)
+    checks.check_tensor(out, "out", torch.bfloat16, 2)
+    checks.check_shape(out, "out", (m, n), "M x n")
+    checks.check_shape(sa, "lhs[1] (SA)", (m, ceil_div(k, 128)), "M x ceil(k/128)")
+    checks.check_index_tensor(m_indices, "m_indices", (m,), "M")
+    named = list(zip(_NAMES_1D2D + ("m_indices",), (a, sa, b, sb, out, m_indices)))
+    device = checks.check_same_cuda_device(named)
+    kind = KernelType.M_GROUPED_CONTIGUOUS
+    if m == 0 or n == 0:
+        return _layout(kind, "none", device, sa, sb, named)
+    ragged_n = n % 8 != 0
+    checks.check_out_rows(out, ragged_n)
+    checks.check_no_overlap(out, "out", named[:4] + named[5:])
+    if k == 0 or num_groups == 0:
+        return _layout(kind, "zero", device, sa, sb, named, ragged_n)
+    _check_operand(a, "lhs[0] (A)")
+    _check_operand(b, "rhs[0] (B)")
+    can_implement(device, "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous")
+    return _layout(kind, "launch", device, sa, sb, named, ragged_n)
+
+
+def normalise_masked(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
+    """Every layout check of `m_grouped_gemm_fp8_fp8_bf16_nt_masked`, with errors naming the argument."""
+    a, sa = checks.unpack_pair(lhs, "lhs")
+    checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 3)
+    checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 3)
+    num_groups_a, m_max, k = a.shape
+    b, sb, num_groups, n = _check_grouped_rhs(rhs, k)
+    if num_groups_a != num_groups:
+        raise ValueError(f"lhs[0] (A) has {num_groups_a} groups but rhs[0] (B) has {num_groups}")
+    checks.check_tensor(out, "out", torch.bfloat16, 3)
+    checks.check_shape(out, "out", (num_groups, m_max, n), "G x m_max x n")
+    checks.check_shape(sa, "lhs[1] (SA)", (num_groups, m_max, ceil_div(k, 128)), "G x m_max x ceil(k/128)")
+    checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
+    if isinstance(expected_m, bool) or not isinstance(expected_m, numbers.Integral):
+        raise TypeError(f"expected_m must be an int, got {type(expected_m).__name__}")
+    if expected_m < 0:
+        raise ValueError(f"expected_m must be >= 0, got {expected_m}")
+    named = list(zip(_NAMES_1D2D + ("masked_m",), (a, sa, b, sb, out, masked_m)))
+    device = checks.check_same_cuda_device(named)
+    kind = KernelType.M_GROUPED_MASKED
+    hint = min(max(int(expected_m), 1), max(m_max, 1))
+    if num_groups == 0 or m_max == 0 or n == 0:
+        return _layout(kind, "none", device, sa, sb, named, expected_m=hint)
+    if n % 8 != 0:
+        raise ValueError(f"rhs[0] (B): the masked layout needs n % 8 == 0 (got n={n}); pad B's rows to a multiple "
+                         f"of 8 and slice the output")
+    _check_operand(out, "out")
+    checks.check_no_overlap(out, "out", named[:4] + named[5:])
+    if k == 0:
+        return _layout(kind, "zero_masked", device, sa, sb, named, expected_m=hint)
+    _check_operand(a, "lhs[0] (A)")
+    _check_operand(b, "rhs[0] (B)")
+    can_implement(device, "m_grouped_gemm_fp8_fp8_bf16_nt_masked")
+    return _layout(kind, "launch", device, sa, sb, named, expected_m=hint)

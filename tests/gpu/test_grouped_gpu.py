@@ -343,8 +343,6 @@ def test_contiguous_b_multicast_pairs_across_experts(n, k):
     """B multicast over pairs of M blocks, forced: pairs inside one expert share B, pairs across two experts or
     with a padding block load B per CTA, padding blocks run the pipeline and are written as zeros."""
     from deep_gemm.heuristics.sm90 import build_sm90_config
-    from deep_gemm.heuristics import KernelType
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d
     torch.backends.cuda.matmul.allow_tf32 = False
     # Blocks: expert 0 rows 0-299 (3 blocks), expert 2 rows 384-483 (1 block), expert 3 (2 blocks); block 1 all -1.
     (a, sa), (b, sb), m_indices, ref, _ = make_contiguous([300, 0, 100, 200], n, k, seed=n + k)
@@ -358,13 +356,13 @@ def test_contiguous_b_multicast_pairs_across_experts(n, k):
     config = build_sm90_config(m, n, k, 128, 128, sms, 2, False)
     assert config.num_multicast == 2 and not config.multicast_on_a
     sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
-    for _ in range(2):
-        g = Guarded(m, n)
-        out = g.out3[0]
-        sm90_fp8_gemm_1d2d.launch_grouped(KernelType.M_GROUPED_CONTIGUOUS, a, sa, b, sb, out, m_indices, sms,
-                                         "sm_90a", config=config)
-        torch.cuda.synchronize()
-        g.check_guards()
-        assert bool(g.written().all()), "every row (padding included) must be written"
-        assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
-        assert calc_diff(out, ref) < 1e-5
+    with deep_gemm.testing.forced_config(config):
+        for _ in range(2):
+            g = Guarded(m, n)
+            out = g.out3[0]
+            deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a, sa), (b, sb), out, m_indices)
+            torch.cuda.synchronize()
+            g.check_guards()
+            assert bool(g.written().all()), "every row (padding included) must be written"
+            assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
+            assert calc_diff(out, ref) < 1e-5

@@ -171,6 +171,7 @@ def test_extent_bytes_and_pointer_overlap():
 
 
 def test_layout_key_is_none_for_non_tensors():
-    from deep_gemm.ops.gemm import _layout_key
-    assert _layout_key((1, 2), (3, 4), 5) is None
-    assert _layout_key("ab", None, None) is None
+    from deep_gemm import _C
+    from deep_gemm.runtime import Op
+    assert _C.layout_key(Op.DENSE, (1, 2), (3, 4), 5) is None
+    assert _C.layout_key(Op.DENSE, "ab", None, None) is None
