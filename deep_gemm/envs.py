@@ -21,12 +21,8 @@ class Env:
     print_configs: bool
     #: Ask ptxas for its resource report (registers, spills) and print it.
     ptxas_verbose: bool
-    #: Launch warmed calls through the C++ fast path (``deep_gemm._C``) when it is built; 0 = always Python.
-    cpp_launch: bool
     #: On the first sight of an (n, k), compile every kernel variant any m can pick (parallel processes).
     jit_precompile: bool
-    #: C++ compiler for the run-time build of the torch launch extension (default: $CXX, else c++).
-    jit_cxx: str
 
 
 def read_env() -> Env:
@@ -38,7 +34,5 @@ def read_env() -> Env:
         jit_debug=_flag("DG_JIT_DEBUG"),
         print_configs=_flag("DG_PRINT_CONFIGS"),
         ptxas_verbose=_flag("DG_JIT_PTXAS_VERBOSE"),
-        cpp_launch=_flag("DG_CPP_LAUNCH", "1"),
-        jit_cxx=os.environ.get("DG_JIT_CXX", ""),
         jit_precompile=_flag("DG_JIT_PRECOMPILE", "1"),
     )
