@@ -24,9 +24,28 @@ class BuildPyWithHeaders(build_py):
 # NOTES: every kernel launch goes through this module (csrc/launch.cpp). It uses only the CPython API (no torch/CUDA
 # headers; libcuda is opened at run time), so it builds in pip's isolated environment with any C++17 compiler. It is
 # required: without a compiler the install fails rather than producing a package that cannot launch.
-LAUNCH_MODULE = Extension("deep_gemm._C", sources=["csrc/launch.cpp"], depends=["csrc/cuda_abi.h"],
-                          extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"], libraries=["dl"],
-                          language="c++")
+# When torch is importable at build time (no build isolation), the module reads tensors through torch's headers
+# instead (~1 us less per call, csrc/launch.cpp); DG_BUILD_WITH_TORCH=0 forces the portable build.
+def _launch_module() -> Extension:
+    args = dict(sources=["csrc/launch.cpp"], depends=["csrc/cuda_abi.h"], libraries=["dl"], language="c++",
+                extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden"])
+    if os.environ.get("DG_BUILD_WITH_TORCH", "1") != "0":
+        try:
+            import torch
+            from torch.utils.cpp_extension import include_paths, library_paths
+        except ImportError:
+            torch = None
+        if torch is not None:
+            abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+            args.update(include_dirs=include_paths(), library_dirs=library_paths(),
+                        runtime_library_dirs=library_paths(), libraries=["dl", "c10", "torch", "torch_cpu",
+                                                                         "torch_python"],
+                        extra_compile_args=["-std=c++20", "-O2", "-fvisibility=hidden", "-w", "-DDG_WITH_TORCH",
+                                            f"-D_GLIBCXX_USE_CXX11_ABI={abi}"])
+    return Extension("deep_gemm._C", **args)
+
+
+LAUNCH_MODULE = _launch_module()
 
 setup(
     name="deep_gemm",

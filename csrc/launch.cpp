@@ -12,12 +12,22 @@
 // (raising the errors users see), launches through `launch(plan, pointers)` and may hand the plan back to be
 // cached here for that layout. `call` never raises its own error for bad input: it defers to Python.
 //
-// Built by pip at install time with the CPython API only (no torch or CUDA headers; libcuda is opened at run time),
-// so it builds in pip's isolated environment with any C++17 compiler. The GIL is held throughout, which serialises
-// access to the plan table.
+// Built by pip at install time; libcuda is opened at run time. Two builds of this one file, reported by
+// `deep_gemm.get_launch_path()`: by default tensors are read through the CPython API only (no torch or CUDA headers),
+// so it builds in pip's isolated environment with any C++17 compiler (~0.2-0.3 us of torch attribute calls per
+// tensor); when torch is importable at build time (`pip install --no-build-isolation`, `setup.py build_ext`),
+// setup.py defines DG_WITH_TORCH and tensors are read from the at::Tensor directly (~20 ns each), which ties the
+// module to that torch version. The GIL is held throughout, which serialises access to the plan table.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+
+#ifdef DG_WITH_TORCH
+#include <torch/csrc/autograd/python_variable.h>
+#define DG_TENSOR_READER "torch headers"
+#else
+#define DG_TENSOR_READER "CPython API"
+#endif
 
 #include <cstdint>
 #include <cstdlib>
@@ -159,6 +169,35 @@ PyObject* driver_error(const char* what, cu::Result result) {
 
 // ---- Reading a call's arguments ----
 
+#ifdef DG_WITH_TORCH
+// Reads a plain torch.Tensor of a known dtype and rank 1-3 (device -1 = not CUDA); false for anything else.
+// NOTES: exact types only (Tensor, Parameter): subclasses (fake tensors, tensor subclasses) belong to the Python path.
+bool read_tensor(PyObject* obj, Tensor& t) {
+    if (not THPVariable_CheckExact(obj))
+        return false;
+    const at::Tensor& x = THPVariable_Unpack(obj);
+    if (not x.defined())
+        return false;
+    t.rank = x.dim();
+    if (t.rank < 1 or t.rank > kMaxRank)
+        return false;
+    switch (x.scalar_type()) {
+        case at::kFloat8_e4m3fn: t.dtype = 1; break;
+        case at::kFloat: t.dtype = 2; break;
+        case at::kBFloat16: t.dtype = 3; break;
+        case at::kInt: t.dtype = 4; break;
+        default: return false;
+    }
+    const auto sizes = x.sizes();
+    const auto strides = x.strides();
+    for (int64_t d = 0; d < t.rank; ++d)
+        t.size[d] = sizes[d], t.stride[d] = strides[d];
+    const bool cuda = x.is_cuda();
+    t.device = cuda ? x.device().index() : -1;
+    t.ptr = cuda ? reinterpret_cast<int64_t>(x.data_ptr()) : 0;
+    return true;
+}
+#else
 PyObject* call_method(PyObject* obj, PyObject* name) {
     PyObject* args[] = {obj};
     return PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
@@ -216,6 +255,7 @@ bool read_tensor(PyObject* obj, Tensor& t) {
     Py_XDECREF(ptr);
     return ok;
 }
+#endif
 
 bool read_exact_int(PyObject* obj, int64_t& out) {
     if (not PyLong_CheckExact(obj))  // bool and int subclasses belong to the Python path
@@ -768,6 +808,8 @@ PyMethodDef methods[] = {
     {"set_num_sms_cap", set_num_sms_cap, METH_O, "The set_num_sms cap (0: none), part of every layout key."},
     {"clear", clear, METH_NOARGS, "Forget every cached plan."},
     {"stats", stats, METH_NOARGS, "Counters: fast launches, slow-path calls, plans registered, plans held."},
+    {"tensor_reader", [](PyObject*, PyObject*) -> PyObject* { return PyUnicode_FromString(DG_TENSOR_READER); },
+     METH_NOARGS, "How this build reads tensors: \"CPython API\" or \"torch headers\"."},
     {"layout_key", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(layout_key)), METH_FASTCALL,
      "The layout key `call` would use for these arguments, or None when the call is not fast-path material."},
     {nullptr, nullptr, 0, nullptr},

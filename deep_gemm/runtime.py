@@ -77,9 +77,11 @@ def _slow_path(op: int, args: tuple, key: Optional[tuple]):
 
 
 def get_launch_path() -> str:
-    """How calls reach the GPU: always "deep_gemm._C" (the C++ module built at install time; there is no other
-    launch path, and importing deep_gemm fails if it is missing)."""
-    return "deep_gemm._C"
+    """How calls reach the GPU: always through "deep_gemm._C" (the C++ module built at install time; there is no
+    other launch path, and importing deep_gemm fails if it is missing), with how that build reads tensors:
+    "deep_gemm._C (CPython API)" (pip's default, portable) or "deep_gemm._C (torch headers)" (built where torch
+    was importable, tied to that torch version)."""
+    return f"deep_gemm._C ({_C.tensor_reader()})"
 
 
 def stats() -> dict:

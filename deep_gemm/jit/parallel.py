@@ -13,7 +13,7 @@ from typing import List, Sequence
 
 from ..envs import read_env
 from .cache import KernelCache, cache_key
-from .codegen import CppName, KernelSource
+from .codegen import KernelSource
 from .compiler import get_compiler
 
 _WORKER = r"""
@@ -22,11 +22,10 @@ pkg = types.ModuleType("deep_gemm")
 pkg.__path__ = [sys.argv[1]]
 sys.modules["deep_gemm"] = pkg
 from deep_gemm.jit import build
-from deep_gemm.jit.codegen import CppName, KernelSource
+from deep_gemm.jit.codegen import KernelSource
 work = json.load(sys.stdin)
 for item in work["sources"]:
-    args = tuple(CppName(a["cpp"]) if isinstance(a, dict) else a for a in item["args"])
-    build(KernelSource(item["name"], item["header"], item["function"], args), work["arch"])
+    build(KernelSource.from_json(item), work["arch"])
 """
 
 
@@ -44,11 +43,6 @@ def missing(sources: Sequence[KernelSource], arch: str) -> List[KernelSource]:
     return out
 
 
-def _encode(arg):
-    """A template argument as JSON for a worker (CppName as {"cpp": name})."""
-    return {"cpp": arg.name} if isinstance(arg, CppName) else arg
-
-
 def build_many(sources: Sequence[KernelSource], arch: str, jobs: int = 0) -> int:
     """Build every source not yet cached, in up to `jobs` processes (default: CPUs, at most 16). Returns how many
     were missing. Never raises for a failed compile (the caller's own build reports it)."""
@@ -60,8 +54,7 @@ def build_many(sources: Sequence[KernelSource], arch: str, jobs: int = 0) -> int
     procs = []
     for i in range(jobs):
         chunk = todo[i::jobs]
-        work = dict(arch=arch, sources=[dict(name=s.name, header=s.header, function=s.function,
-                                             args=[_encode(a) for a in s.template_args]) for s in chunk])
+        work = dict(arch=arch, sources=[s.to_json() for s in chunk])
         proc = subprocess.Popen([sys.executable, "-c", _WORKER, package_dir], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         proc.stdin.write(json.dumps(work))

@@ -33,9 +33,11 @@ _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUO
 
 def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments."""
-    args = (_GEMM_TYPES[kind], n, k, config.block_m, config.block_n, config.num_stages, config.num_multicast,
-            config.multicast_on_a, config.swizzle_d_bytes, config.smem_size)
-    return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, template_args=args)
+    named = dict(kGemmType=_GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+                 kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
+                 kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
+                 kSmemSize=config.smem_size)
+    return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, config=named)
 
 
 @dataclass

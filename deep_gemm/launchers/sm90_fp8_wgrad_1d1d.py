@@ -27,9 +27,10 @@ _TMA_BYTES = 128
 
 def kernel_source(n: int, config: GemmConfig, capacity: int) -> jit.KernelSource:
     """The template instantiation for (n, config, group capacity); m, K and the group count are run-time values."""
-    args = (n, config.block_m, config.block_n, config.num_stages, config.num_multicast, config.multicast_on_a,
-            config.swizzle_d_bytes, capacity, config.smem_size)
-    return jit.KernelSource(name="sm90_fp8_wgrad_1d1d", header=HEADER, function=FUNCTION, template_args=args)
+    named = dict(SHAPE_N=n, BLOCK_M=config.block_m, BLOCK_N=config.block_n, kNumStages=config.num_stages,
+                 kNumMulticast=config.num_multicast, kMulticastOnA=config.multicast_on_a,
+                 kSwizzleDBytes=config.swizzle_d_bytes, kMaxGroups=capacity, kSmemSize=config.smem_size)
+    return jit.KernelSource(name="sm90_fp8_wgrad_1d1d", header=HEADER, function=FUNCTION, config=named)
 
 
 def groups_param_size(capacity: int) -> int:

@@ -25,7 +25,7 @@ def _dense(m=128, n=64, k=256):
 
 
 def test_the_one_launch_path_is_the_built_module():
-    assert deep_gemm.get_launch_path() == "deep_gemm._C"
+    assert deep_gemm.get_launch_path() in ("deep_gemm._C (CPython API)", "deep_gemm._C (torch headers)")
     assert _C.__file__.endswith(".so")
     assert not hasattr(deep_gemm.jit, "torch_ext")  # nothing is compiled with a host compiler at run time
 

@@ -1,30 +1,24 @@
 #pragma once
 
 // Hopper (sm_90a) FP8 GEMM, D[m, n] (BF16) = dequant(A[m, k]) * dequant(B[n, k])^T, with 1x128 LHS scales (1D)
-// and 128x128 RHS scales (2D). Persistent and warp-specialised: one TMA producer warpgroup and one or two WGMMA
-// math warpgroups; FP32 partial sums of every 128-wide K block are scaled and promoted into FP32 registers.
+// and 128x128 RHS scales (2D). Composed in the sm90 kernel shell (kernel_shell.cuh: persistent, one TMA producer
+// warpgroup, one or two WGMMA math warpgroups); what is this kernel's own: the scales (SA per stage, SB per tile from
+// global memory), the K loop, in which FP32 partial sums of every 128-wide K block are scaled and promoted into FP32
+// registers, and the BF16 epilogue.
 // One kernel family for the dense GEMM and the two MoE grouped layouts (see GemmType in common/scheduler.cuh):
 // the grouped types differ only in how tiles map to rows of A/D, to an expert's B/SB, and in what the epilogue
 // may write.
 
-#include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/scheduler.cuh>
-#include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
 #include <deep_gemm/sm90/epilogue.cuh>
-#include <deep_gemm/sm90/mma.cuh>
-#include <deep_gemm/sm90/pipeline.cuh>
+#include <deep_gemm/sm90/kernel_shell.cuh>
 
 #if defined(__CUDA_ARCH__) and not defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "deep_gemm: the sm90 kernels need the arch-specific target sm_90a (plain sm_90 has no WGMMA/setmaxnreg)"
 #endif
 
 namespace deep_gemm::sm90 {
-
-template <uint32_t BLOCK_M>
-constexpr uint32_t fp8_gemm_num_math_threads() {
-    return BLOCK_M == 64 ? 128 : 256;
-}
 
 // Whether a BLOCK_N-wide tile can span two 128-wide RHS scale blocks.
 template <uint32_t BLOCK_N>
@@ -41,18 +35,18 @@ constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
     // RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][kNumKBlocks] fp32
     constexpr uint32_t sb = align_up<uint32_t>(
-        fp8_gemm_num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4,
-        8);
+        num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4, 8);
     return d + kNumStages * stage + sb + kNumStages * 2 * 8;
 }
 
+// Config (see kernel_shell.cuh): kGemmType, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast,
+// kMulticastOnA, kSwizzleDBytes, kSmemSize.
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major. `grouped_layout` is m_indices (contiguous) or masked_m (masked), `num_groups` = G.
 // `d` / `d_row_stride` (elements) address D for the stores a TMA box cannot make (masked partial tiles).
-template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N,
-          uint32_t kNumStages, uint32_t kNumMulticast, bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kSmemSize>
-__global__ void __launch_bounds__(fp8_gemm_num_math_threads<BLOCK_M>() + kNumProducerThreads, 1)
+template <typename Config>
+__global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
 fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [m, k] e4m3, K-major
                    const __grid_constant__ TmaDescriptor tensor_map_b,   // B  [n, k] e4m3, K-major
                    const __grid_constant__ TmaDescriptor tensor_map_sa,  // SA [ceil(k/128), m'] fp32, MN-major
@@ -65,9 +59,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                    const uint32_t d_row_stride) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape ----
-    constexpr uint32_t kNumMathThreads = fp8_gemm_num_math_threads<BLOCK_M>();
-    constexpr uint32_t kNumMathWGs = kNumMathThreads / 128;
-    constexpr uint32_t kNumSubTiles = BLOCK_M / (64 * kNumMathWGs);  // 64-row WGMMA tiles per math warpgroup
+    constexpr GemmType kGemmType = Config::kGemmType;
+    constexpr uint32_t SHAPE_N = Config::SHAPE_N;
+    constexpr uint32_t SHAPE_K = Config::SHAPE_K;
+    constexpr uint32_t BLOCK_M = Config::BLOCK_M;
+    constexpr uint32_t BLOCK_N = Config::BLOCK_N;
+    constexpr uint32_t kNumStages = Config::kNumStages;
+    constexpr uint32_t kNumMulticast = Config::kNumMulticast;
+    constexpr bool kMulticastOnA = Config::kMulticastOnA;
+    constexpr uint32_t kNumMathWGs = num_math_threads<BLOCK_M>() / 128;
     constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     constexpr uint32_t kNumSBBlocks = ceil_div(SHAPE_N, 128u);
     constexpr bool kMayStraddle = fp8_gemm_may_straddle<BLOCK_N>();
@@ -76,138 +76,72 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     // gcd(BLOCK_N, 128): that many straddle cases, each with its own split column.
     constexpr uint32_t kNumStraddleCases = kMayStraddle ? 128 / kScaleGcd : 1;
     constexpr uint32_t kMaxStaticStraddleCases = 4;
-    using WGMMA = FP8WGMMA<BLOCK_N>;
-    using Epilogue = BF16Epilogue<BLOCK_M, BLOCK_N, kSwizzleDBytes>;
-    constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
+    using Epilogue = BF16Epilogue<BLOCK_M, BLOCK_N, Config::kSwizzleDBytes>;
 
-    DG_STATIC_ASSERT(BLOCK_M == 64 or BLOCK_M == 128 or BLOCK_M == 256, "BLOCK_M must be 64, 128 or 256");
+    // ---- Shared memory: the shell's layout (kernel_shell.cuh), with SA per stage and SB per tile as scales ----
+    constexpr uint32_t kSmemSABytes = BLOCK_M * 4;  // [BLOCK_M] fp32
+    constexpr uint32_t kNumSBPerTile = kNumKBlocks * (kMayStraddle ? 2 : 1);
+    constexpr uint32_t kSmemSBBytes = align_up<uint32_t>(kNumMathWGs * 2 * kNumSBPerTile * 4, 8);
+    using Shell = KernelShell<Config, align_up<uint32_t>(Epilogue::kSmemBytes, 1024),
+                              kNumStages * kSmemSABytes + kSmemSBBytes>;
+    using WGMMA = typename Shell::WGMMA;
+    constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
+    constexpr uint32_t kNumAccum = Shell::kNumAccum;
+    constexpr uint32_t kStageTxBytes = Shell::kSmemABytes + Shell::kSmemBBytes + kSmemSABytes;
+
     DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 8 and BLOCK_N <= 256,
                      "BLOCK_N must be a multiple of 8 in [8, 256]");
     DG_STATIC_ASSERT(BLOCK_N <= 128 + const_gcd(BLOCK_N, 128u),
                      "a BLOCK_N tile may touch at most two 128-wide RHS scale blocks");
     DG_STATIC_ASSERT(kNumSubTiles * kNumAccum <= 128, "final accumulators would not fit in the register budget");
-    DG_STATIC_ASSERT(kNumStages >= 1, "at least one pipeline stage");
-    DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2, "TMA multicast is over 1 or 2 CTAs");
     DG_STATIC_ASSERT(SHAPE_N > 0 and SHAPE_K > 0, "empty problems are handled on the host");
     DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedContiguous or BLOCK_M <= 128,
                      "contiguous grouped tiles must not span two 128-row expert segments");
     DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedMasked or kNumMulticast == 1 or kMulticastOnA,
                      "masked GEMMs may multicast only A (the pair shares the M block, hence the expert)");
+    DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages>()),
+                     "host and device disagree on the shared-memory size");
     constexpr bool kGrouped = kGemmType != GemmType::Normal;
     // Contiguous with B multicast: the pair's two M blocks may belong to two experts (each CTA then loads its own
     // B) or one may be padding. Both CTAs must walk the same stages (a multicast lands in the peer's stage and
     // barrier of the same index), so padding blocks run the pipeline too and are written as zeros.
-    constexpr bool kPairMayDiffer = kGemmType == GemmType::MGroupedContiguous and kNumMulticast > 1 and
-                                    not kMulticastOnA;
+    constexpr bool kPairMayDiffer = kGemmType == GemmType::MGroupedContiguous and Shell::kMulticastB;
     constexpr bool kSkipPadding = kGemmType == GemmType::MGroupedContiguous and not kPairMayDiffer;
 
-    // ---- Shared memory ----
-    constexpr uint32_t kSmemABytes = BLOCK_M * kBlockK;  // [BLOCK_M, 128] e4m3, 128B-swizzled
-    constexpr uint32_t kSmemBBytes = BLOCK_N * kBlockK;  // [BLOCK_N, 128] e4m3, 128B-swizzled
-    constexpr uint32_t kSmemSABytes = BLOCK_M * 4;       // [BLOCK_M] fp32
-    constexpr uint32_t kSmemDBytes = align_up<uint32_t>(Epilogue::kSmemBytes, 1024);
-    constexpr uint32_t kNumSBPerTile = kNumKBlocks * (kMayStraddle ? 2 : 1);
-    constexpr uint32_t kStageTxBytes = kSmemABytes + kSmemBBytes + kSmemSABytes;
-    constexpr uint32_t kExpectedSmemSize = fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages>();
-    DG_STATIC_ASSERT(kSmemSize == kExpectedSmemSize, "host and device disagree on the shared-memory size");
-    DG_STATIC_ASSERT(kSmemSize <= kSmemBudget, "configuration exceeds the 232448-byte shared-memory budget");
-    DG_STATIC_ASSERT(kSmemABytes % 1024 == 0 and kSmemBBytes % 1024 == 0,
-                     "A/B stage tiles must keep 1024-byte alignment for the 128B swizzle");
-
     extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t* smem_d = smem;                                                          // D tile, see Epilogue
-    uint8_t* smem_a = smem + kSmemDBytes;                                            // [stages][BLOCK_M, 128]
-    uint8_t* smem_b = smem_a + kNumStages * kSmemABytes;                             // [stages][BLOCK_N, 128]
-    float* smem_sa = reinterpret_cast<float*>(smem_b + kNumStages * kSmemBBytes);   // [stages][BLOCK_M]
-    float* smem_sb = smem_sa + kNumStages * BLOCK_M;  // [math WGs][2 buffers][kNumSBPerTile]
-    Barrier* full_barriers = reinterpret_cast<Barrier*>(  // [stages]
-        reinterpret_cast<uint8_t*>(smem_sb) + align_up<uint32_t>(kNumMathWGs * 2 * kNumSBPerTile * 4, 8));
-    Barrier* empty_barriers = full_barriers + kNumStages;  // [stages]
+    const Shell shell(smem);
+    float* smem_sa = reinterpret_cast<float*>(shell.smem_scales);  // [stages][BLOCK_M]
+    float* smem_sb = smem_sa + kNumStages * BLOCK_M;                 // [math WGs][2 buffers][kNumSBPerTile]
+    shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
+    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N>;
+    auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
-    const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
-    const uint32_t lane_idx = threadIdx.x % 32;
-    const bool is_tma_thread = threadIdx.x == kNumMathThreads;
-
-    // ---- Descriptor prefetch and barrier init ----
-    if (is_tma_thread) {
-        prefetch_tma_descriptor(&tensor_map_a);
-        prefetch_tma_descriptor(&tensor_map_b);
-        prefetch_tma_descriptor(&tensor_map_sa);
-        prefetch_tma_descriptor(&tensor_map_d);
-        init_stage_barriers<kNumStages, kNumMulticast, kNumMathThreads>(full_barriers, empty_barriers);
-    }
-    if constexpr (kNumMulticast > 1)
-        cluster_sync();
-    else
-        __syncthreads();
-
-    // NOTES: tiles t and t + 1 must share the multicast operand's block; see TileScheduler.
-    using Scheduler =
-        TileScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N, not (kNumMulticast > 1 and not kMulticastOnA)>;
-    // SA's TMA coordinate of a tile: masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
-    auto sa_coords = [&](const Tile& tile, uint32_t k_block, int32_t& inner, int32_t& outer) {
-        if constexpr (kGemmType == GemmType::MGroupedMasked) {
-            inner = static_cast<int32_t>(tile.m_block * BLOCK_M);
-            outer = static_cast<int32_t>(tile.group * kNumKBlocks + k_block);
-        } else {
-            inner = static_cast<int32_t>(tile.row_base);
-            outer = static_cast<int32_t>(k_block);
-        }
-    };
-
-    if (threadIdx.x >= kNumMathThreads) {
-        // ================= Producer warpgroup =================
-        warpgroup_reg_dealloc<40>();
-        if (is_tma_thread) {
-            constexpr uint64_t kCacheHint = kTmaCacheHintEvictNormal;
-            const bool is_leader = kNumMulticast == 1 or block_rank_in_cluster() == 0;
-            Scheduler scheduler(shape_m, grouped_layout, num_groups);
-            Tile tile;
-            uint32_t stage = 0, phase = 0;
-            while (scheduler.next(tile)) {
-                if (kSkipPadding and tile.skip)
-                    continue;
-                const auto m_idx = static_cast<int32_t>(tile.row_base);
-                const auto n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
-                for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
-                    empty_barriers[stage].wait(phase ^ 1);
-                    const Barrier* bar = &full_barriers[stage];
-                    full_barriers[stage].arrive_and_expect_tx(kStageTxBytes);
-                    const auto k_idx = static_cast<int32_t>(k_block * kBlockK);
-                    uint8_t* dst_a = smem_a + stage * kSmemABytes;
-                    uint8_t* dst_b = smem_b + stage * kSmemBBytes;
-                    tma_load_operand<(kNumMulticast > 1 and kMulticastOnA)>(&tensor_map_a, bar, dst_a, k_idx, m_idx,
-                                                                          is_leader, kCacheHint);
-                    if (kPairMayDiffer and not tile.pair_shares_b)
-                        tma_load_2d(&tensor_map_b, bar, dst_b, k_idx, n_idx, kCacheHint);
-                    else
-                        tma_load_operand<(kNumMulticast > 1 and not kMulticastOnA)>(&tensor_map_b, bar, dst_b, k_idx,
-                                                                                  n_idx, is_leader, kCacheHint);
-                    int32_t sa_inner, sa_outer;
-                    sa_coords(tile, k_block, sa_inner, sa_outer);
-                    tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, sa_inner, sa_outer, kCacheHint);
-                    advance_stage<kNumStages>(stage, phase);
-                }
-            }
-        }
+    if (Shell::is_producer()) {
+        auto operands = [&](const Tile& tile) {
+            TileOperands ops;
+            ops.map_a = &tensor_map_a;
+            ops.map_b = &tensor_map_b;
+            ops.m_idx = static_cast<int32_t>(tile.row_base);
+            ops.n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
+            ops.num_k_blocks = kNumKBlocks;
+            // Masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
+            ops.scale_row = kGemmType == GemmType::MGroupedMasked ? tile.group * kNumKBlocks : 0;
+            ops.skip = kSkipPadding and tile.skip;
+            ops.peer_shares_b = not kPairMayDiffer or tile.pair_shares_b;
+            return ops;
+        };
+        auto load_sa = [&](const Tile& tile, uint32_t scale_row, uint32_t stage, const Barrier* bar) {
+            const uint32_t sa_col = kGemmType == GemmType::MGroupedMasked ? tile.m_block * BLOCK_M : tile.row_base;
+            tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, static_cast<int32_t>(sa_col),
+                        static_cast<int32_t>(scale_row), Shell::kCacheHint);
+        };
+        shell.template produce<kStageTxBytes>(make_scheduler, operands, load_sa);
     } else {
-        // ================= Math warpgroups =================
-        warpgroup_reg_alloc<kNumMathWGs == 1 ? 248 : 232>();
-        // NOTES: shuffled so that the compiler knows it is warp-uniform: everything derived from it (descriptors,
-        // stage addresses) then lives in uniform registers instead of being moved there (R2UR) per WGMMA.
-        const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
-        const uint32_t warp_row = (warp_idx % 4) * 16;  // the warp's first row inside a 64-row WGMMA tile
-        const uint32_t lane_row = lane_idx / 4;          // this thread's rows: lane_row and lane_row + 8
-        // Descriptor low words of this warpgroup's first A sub-tile and of B, in stage 0 (see mma.cuh), and the
-        // 32-bit shared address of this thread's first SA entry in stage 0.
-        const uint32_t a_desc_lo =
-            __shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(smem_a) + math_wg * WGMMA::M * kBlockK), 0);
-        const uint32_t b_desc_lo = __shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(smem_b)), 0);
-        const uint32_t sa_addr = smem_u32(smem_sa) + (math_wg * WGMMA::M + warp_row + lane_row) * 4;
+        const auto wg = shell.math_warpgroup();
+        // The 32-bit shared address of this thread's first SA entry in stage 0.
+        const uint32_t sa_addr = smem_u32(smem_sa) + wg.thread_row() * 4;
 
         uint32_t tile_sb_addr = 0;  // shared address of this tile's RHS scales (set per tile below)
-        // Stage pieces shared by both K loops below.
-        auto wait_full = [&](uint32_t stage, uint32_t phase) { full_barriers[stage].wait(phase); };
         // RHS scales of K block k_block for the tile's first and (if it straddles) second 128-wide scale block.
         // NOTES: this warpgroup wrote them itself (store_sb), so they are read before the stage's full-barrier
         // wait, once per K block for all sub-tiles.
@@ -232,22 +166,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             const float sa_hi = ld_shared_f32(sa_stage + 8 * 4);
             return Scales{sa_lo * sb.b0, sa_hi * sb.b0, sa_lo * sb.b1, sa_hi * sb.b1};
         };
-        // Issue (not wait for) the four k32 WGMMAs of one 128-wide K block of sub-tile s into acc.
-        auto issue_mma = [&](uint32_t stage, uint32_t s, float* acc) {
-            const uint32_t a_lo = a_desc_lo + (stage * kSmemABytes + s * kNumMathWGs * WGMMA::M * kBlockK) / 16;
-            const uint32_t b_lo = b_desc_lo + stage * (kSmemBBytes / 16);
-            #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                wgmma_fence_operand(acc[i]);
-            wgmma_fence();
-            WGMMA::template mma_k_block<kBlockK>(a_lo, b_lo, acc);
-            wgmma_commit_group();
-            #pragma unroll
-            for (uint32_t i = 0; i < kNumAccum; ++i)
-                wgmma_fence_operand(acc[i]);
-        };
-        // The stage's A/B/SA are consumed: let the producer(s) refill it (one arrival per warp per cluster CTA).
-        auto release = [&](uint32_t stage) { release_stage<kNumMulticast>(empty_barriers[stage], lane_idx); };
         // Promotion: final += partial * SA(row) * SB(n block of the column, k block).
         // `straddle` is the tile's straddle case (see kNumStraddleCases): an Int (columns' scales chosen at
         // compile time) or a uint32_t (chosen per column at run time).
@@ -277,8 +195,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         // NOTES: every math warpgroup runs its own epilogue with its own barriers, so one warpgroup's epilogue
         // overlaps the other's WGMMAs; nothing below synchronises the two warpgroups.
         constexpr uint32_t kSBPerThread = ceil_div(kNumSBPerTile, 128u);
-        const uint32_t wg_thread = threadIdx.x % 128;
-        float* wg_sb = smem_sb + math_wg * 2 * kNumSBPerTile;
+        float* wg_sb = smem_sb + wg.math_wg * 2 * kNumSBPerTile;
         auto fetch_sb = [&](const Tile& t, float (&regs)[kSBPerThread]) {
             if (kSkipPadding and t.skip)
                 return;  // a padding block: its expert index may be anything, read nothing (else t.group is 0)
@@ -287,7 +204,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             const float* group_sb = sb + (kGrouped ? t.group * kNumSBBlocks * kNumKBlocks : 0u);
             #pragma unroll
             for (uint32_t j = 0; j < kSBPerThread; ++j) {
-                const uint32_t i = wg_thread + j * 128;
+                const uint32_t i = wg.wg_thread + j * 128;
                 if (i < kNumSBPerTile)
                     regs[j] = __ldg(group_sb + (i < kNumKBlocks ? block0 : block1) * kNumKBlocks + i % kNumKBlocks);
             }
@@ -295,21 +212,22 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         auto store_sb = [&](uint32_t buf, const float (&regs)[kSBPerThread]) {
             #pragma unroll
             for (uint32_t j = 0; j < kSBPerThread; ++j) {
-                const uint32_t i = wg_thread + j * 128;
+                const uint32_t i = wg.wg_thread + j * 128;
                 if (i < kNumSBPerTile)
                     wg_sb[buf * kNumSBPerTile + i] = regs[j];
             }
         };
 
-        Scheduler scheduler(shape_m, grouped_layout, num_groups);
+        auto scheduler = make_scheduler();
         Tile tile;
-        uint32_t stage = 0, phase = 0, sb_buf = 0;
+        typename Shell::Stages stages;
+        uint32_t sb_buf = 0;
         bool has_tile = scheduler.next(tile);
         if (has_tile) {
             float regs[kSBPerThread];
             fetch_sb(tile, regs);
             store_sb(0, regs);
-            named_barrier_sync<128>(2 + math_wg);
+            wg.sync();
         }
         while (has_tile) {
             const uint32_t n_start = tile.n_block * BLOCK_N;
@@ -330,9 +248,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     row_ok[s][h] = true;
                     if constexpr (kGemmType == GemmType::MGroupedContiguous) {
                         const uint32_t row =
-                            tile.row_base + (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row + lane_row + h * 8;
-                        row_ok[s][h] = not tile.skip and
-                                       (row >= shape_m or __ldg(grouped_layout + row) == static_cast<int32_t>(tile.group));
+                            tile.row_base + wg.sub_tile_row(s) + wg.warp_row + wg.lane_row + h * 8;
+                        const auto group = static_cast<int32_t>(tile.group);
+                        row_ok[s][h] = not tile.skip and (row >= shape_m or __ldg(grouped_layout + row) == group);
                     }
                 }
             }
@@ -352,18 +270,18 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     // Put K block k_block's WGMMAs in flight into partial buffer `buf` (with its scales).
                     auto issue_next = [&](auto buf, uint32_t k_block) {
                         const RhsScales sb = load_sb(k_block);
-                        wait_full(stage, phase);
-                        scales[decltype(buf)::value] = load_scales(stage, 0, sb);
-                        issue_mma(stage, 0, partial[decltype(buf)::value]);
-                        cur_stage = stage;
-                        advance_stage<kNumStages>(stage, phase);
+                        shell.ring.wait_full(stages);
+                        scales[decltype(buf)::value] = load_scales(stages.stage, 0, sb);
+                        wg.issue_mma(stages.stage, 0, partial[decltype(buf)::value]);
+                        cur_stage = stages.stage;
+                        stages.advance();
                     };
                     // Partial buffer `buf`'s WGMMAs are complete: free their stage and promote them.
                     auto retire = [&](auto buf, uint32_t done_stage) {
                         #pragma unroll
                         for (uint32_t i = 0; i < kNumAccum; ++i)
                             wgmma_fence_operand(partial[decltype(buf)::value][i]);
-                        release(done_stage);
+                        wg.release(done_stage);
                         promote(final_accum[0], partial[decltype(buf)::value], scales[decltype(buf)::value],
                                 straddle);
                     };
@@ -399,17 +317,17 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     #pragma unroll 4
                     for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                         const RhsScales sb = load_sb(k_block);
-                        wait_full(stage, phase);
+                        shell.ring.wait_full(stages);
                         #pragma unroll
                         for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                            const Scales scales = load_scales(stage, s, sb);
-                            issue_mma(stage, s, partial[0]);
+                            const Scales scales = load_scales(stages.stage, s, sb);
+                            wg.issue_mma(stages.stage, s, partial[0]);
                             wgmma_wait_group<0>();
                             if (s + 1 == kNumSubTiles)
-                                release(stage);
+                                wg.release(stages.stage);
                             promote(final_accum[s], partial[0], scales, straddle);
                         }
-                        advance_stage<kNumStages>(stage, phase);
+                        stages.advance();
                     }
                 }
             };
@@ -433,46 +351,40 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // ---- Epilogue (per warpgroup) ----
             if (has_next)
                 store_sb(sb_buf ^ 1, next_sb);
-            const bool is_wg_leader = wg_thread == 0;
-            // The warpgroup's previous TMA stores must have read smem_d before it is overwritten.
-            if (is_wg_leader)
-                tma_store_wait<0>();
-            named_barrier_sync<128>(2 + math_wg);
-            #pragma unroll
-            for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                if constexpr (kGemmType == GemmType::MGroupedContiguous) {
+            wg.store_tile(
+                [&] {
                     #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        final_accum[s][i] = row_ok[s][(i / 2) % 2] ? final_accum[s][i] : 0.0f;
-                }
-                Epilogue::write_warp(smem_d, final_accum[s], (s * kNumMathWGs + math_wg) * WGMMA::M + warp_row,
-                                     lane_idx);
-            }
-            fence_proxy_async_shared();
-            named_barrier_sync<128>(2 + math_wg);
-            if (kGemmType == GemmType::MGroupedMasked and tile.valid_rows < BLOCK_M) {
-                // A masked group's last block: rows >= masked_m must stay untouched, which a TMA box cannot
-                // express, so the warpgroup copies its valid rows out of smem_d itself (16-byte chunks).
-                #pragma unroll
-                for (uint32_t s = 0; s < kNumSubTiles; ++s)
-                    Epilogue::copy_rows(smem_d, (s * kNumMathWGs + math_wg) * WGMMA::M, tile.valid_rows, d,
-                                        d_row_stride, tile.row_base, n_start, SHAPE_N, wg_thread);
-            } else if (is_wg_leader) {
-                #pragma unroll
-                for (uint32_t s = 0; s < kNumSubTiles; ++s)
-                    Epilogue::store_rows(&tensor_map_d, smem_d, (s * kNumMathWGs + math_wg) * WGMMA::M,
-                                         tile.row_base, n_start);
-                tma_store_commit();
-            }
+                    for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                        if constexpr (kGemmType == GemmType::MGroupedContiguous) {
+                            #pragma unroll
+                            for (uint32_t i = 0; i < kNumAccum; ++i)
+                                final_accum[s][i] = row_ok[s][(i / 2) % 2] ? final_accum[s][i] : 0.0f;
+                        }
+                        Epilogue::write_warp(shell.smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row,
+                                             wg.lane_idx);
+                    }
+                },
+                [&](bool is_leader) {
+                    if (kGemmType == GemmType::MGroupedMasked and tile.valid_rows < BLOCK_M) {
+                        // A masked group's last block: rows >= masked_m must stay untouched, which a TMA box cannot
+                        // express, so the warpgroup copies its valid rows out of smem_d itself (16-byte chunks).
+                        #pragma unroll
+                        for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                            Epilogue::copy_rows(shell.smem_d, wg.sub_tile_row(s), tile.valid_rows, d, d_row_stride,
+                                                tile.row_base, n_start, SHAPE_N, wg.wg_thread);
+                    } else if (is_leader) {
+                        #pragma unroll
+                        for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                            Epilogue::store_rows(&tensor_map_d, shell.smem_d, wg.sub_tile_row(s), tile.row_base,
+                                                 n_start);
+                        tma_store_commit();
+                    }
+                });
             tile = next_tile, has_tile = has_next, sb_buf ^= 1;
         }
-        if (threadIdx.x % 128 == 0)
-            tma_store_wait<0>();
+        wg.finish();
     }
-
-    // NOTES: a CTA must outlive every remote barrier arrival and multicast write its cluster peer still sends.
-    if constexpr (kNumMulticast > 1)
-        cluster_sync();
+    Shell::teardown();
 #endif
 }
 

@@ -4,17 +4,14 @@
 // g < num_groups, with 1x128 scales on BOTH operands (1D x 1D: one scale per row and 128-wide K block). A dense
 // weight gradient is one group. All groups share m and n; each has its own K (MoE experts' token counts), its own
 // A/B tensor maps (kernel parameters, so a CUDA graph replays them by value) and its own rows of the stacked scales.
-// Structure as in fp8_gemm_1d2d.cuh: persistent, one TMA producer warpgroup, one or two WGMMA math warpgroups; every
-// 128-wide K block's FP32 partial sums are promoted with SA(row) * SB(column); the epilogue adds the tile into D with
-// a TMA reduce-add (D is read and written once, in L2; no separate read of C).
+// Composed in the sm90 kernel shell (kernel_shell.cuh) like fp8_gemm_1d2d.cuh; this kernel's own: SA and SB per
+// stage, a K loop that promotes every 128-wide K block's FP32 partial sums with SA(row) * SB(column), and an
+// epilogue that adds the tile into D with a TMA reduce-add (D is read and written once, in L2; no separate read of C).
 
-#include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/scheduler.cuh>
-#include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
 #include <deep_gemm/sm90/epilogue.cuh>
-#include <deep_gemm/sm90/mma.cuh>
-#include <deep_gemm/sm90/pipeline.cuh>
+#include <deep_gemm/sm90/kernel_shell.cuh>
 
 #if defined(__CUDA_ARCH__) and not defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "deep_gemm: the sm90 kernels need the arch-specific target sm_90a (plain sm_90 has no WGMMA/setmaxnreg)"
@@ -32,9 +29,10 @@ struct WgradGroups {
     uint32_t k_block_offset[kMaxGroups];  // the group's first row in SA and SB
 };
 
-template <uint32_t BLOCK_M>
-constexpr uint32_t fp8_wgrad_num_math_threads() {
-    return BLOCK_M == 64 ? 128 : 256;
+// Config::kMaxGroups, read in a function body (see kernel_num_threads).
+template <typename Config>
+constexpr uint32_t wgrad_max_groups() {
+    return Config::kMaxGroups;
 }
 
 // Bytes of one stage's scale vector of `kRows` floats: a TMA destination must be 128-byte aligned.
@@ -47,16 +45,17 @@ constexpr uint32_t fp8_wgrad_scale_stage_bytes() {
 // The D buffer is one 64-row FP32 tile per math warpgroup (a 256-row tile's second sub-tile reuses it).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
 constexpr uint32_t fp8_wgrad_smem_size() {
-    constexpr uint32_t d = align_up<uint32_t>(fp8_wgrad_num_math_threads<BLOCK_M>() / 128 * 64 * BLOCK_N * 4, 1024);
+    constexpr uint32_t d = align_up<uint32_t>(num_math_threads<BLOCK_M>() / 128 * 64 * BLOCK_N * 4, 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + fp8_wgrad_scale_stage_bytes<BLOCK_M>() +
                                fp8_wgrad_scale_stage_bytes<BLOCK_N>();
     return d + kNumStages * stage + kNumStages * 2 * 8;
 }
 
-template <uint32_t SHAPE_N, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t kNumMulticast,
-          bool kMulticastOnA, uint32_t kSwizzleDBytes, uint32_t kMaxGroups, uint32_t kSmemSize>
-__global__ void __launch_bounds__(fp8_wgrad_num_math_threads<BLOCK_M>() + kNumProducerThreads, 1)
-fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
+// Config (see kernel_shell.cuh): SHAPE_N, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast, kMulticastOnA,
+// kSwizzleDBytes, kMaxGroups, kSmemSize.
+template <typename Config>
+__global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
+fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Config>()> groups,
                     const __grid_constant__ TmaDescriptor tensor_map_sa,  // SA [sum_g ceil(k_g/128), m'] fp32
                     const __grid_constant__ TmaDescriptor tensor_map_sb,  // SB [sum_g ceil(k_g/128), n'] fp32
                     const __grid_constant__ TmaDescriptor tensor_map_d,   // D  [num_groups, m, n] fp32
@@ -64,126 +63,80 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                     const uint32_t num_groups) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape ----
-    constexpr uint32_t kNumMathThreads = fp8_wgrad_num_math_threads<BLOCK_M>();
-    constexpr uint32_t kNumMathWGs = kNumMathThreads / 128;
-    constexpr uint32_t kNumSubTiles = BLOCK_M / (64 * kNumMathWGs);  // 64-row WGMMA tiles per math warpgroup
-    using WGMMA = FP8WGMMA<BLOCK_N>;
-    using Epilogue = FP32AccumulateEpilogue<BLOCK_N, kSwizzleDBytes>;
-    constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
+    constexpr uint32_t SHAPE_N = Config::SHAPE_N;
+    constexpr uint32_t BLOCK_M = Config::BLOCK_M;
+    constexpr uint32_t BLOCK_N = Config::BLOCK_N;
+    constexpr uint32_t kNumStages = Config::kNumStages;
+    constexpr uint32_t kMaxGroups = Config::kMaxGroups;
+    using Epilogue = FP32AccumulateEpilogue<BLOCK_N, Config::kSwizzleDBytes>;
+
+    // ---- Shared memory: the shell's layout (kernel_shell.cuh), with SA and SB per stage as scales ----
+    constexpr uint32_t kSmemSAStride = fp8_wgrad_scale_stage_bytes<BLOCK_M>() / 4;  // floats per stage
+    constexpr uint32_t kSmemSBStride = fp8_wgrad_scale_stage_bytes<BLOCK_N>() / 4;
+    constexpr uint32_t kSmemDBytes = align_up<uint32_t>(num_math_threads<BLOCK_M>() / 128 * Epilogue::kSmemBytes, 1024);
+    using Shell = KernelShell<Config, kSmemDBytes, kNumStages * (kSmemSAStride + kSmemSBStride) * 4>;
+    using WGMMA = typename Shell::WGMMA;
+    constexpr uint32_t kNumMathThreads = Shell::kNumMathThreads;
+    constexpr uint32_t kNumMathWGs = Shell::kNumMathWGs;
+    constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
+    constexpr uint32_t kNumAccum = Shell::kNumAccum;
+    constexpr uint32_t kStageTxBytes = Shell::kSmemABytes + Shell::kSmemBBytes + BLOCK_M * 4 + BLOCK_N * 4;
     // NOTES: shared memory bandwidth is the limit here, and every warp needs all BLOCK_N column scales of a K block
     // (16 LDS.64 per warp at BLOCK_N = 128, ~25% on top of the WGMMA and TMA traffic of a 128x128 tile). Where the
     // registers allow, they are read once per K block and kept for both sub-tiles of a 256-row tile; otherwise they
     // are read chunk by chunk during each promotion.
     constexpr bool kPreloadSB = (kNumSubTiles + 1) * kNumAccum + kNumAccum / 2 <= 200;
 
-    DG_STATIC_ASSERT(BLOCK_M == 64 or BLOCK_M == 128 or BLOCK_M == 256, "BLOCK_M must be 64, 128 or 256");
     DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 16 and BLOCK_N <= 256,
                      "BLOCK_N must be a multiple of 8 in [16, 256]");
-    DG_STATIC_ASSERT(kNumStages >= 1, "at least one pipeline stage");
-    DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2, "TMA multicast is over 1 or 2 CTAs");
     DG_STATIC_ASSERT(kMaxGroups >= 1, "at least one group");
     DG_STATIC_ASSERT(sizeof(WgradGroups<kMaxGroups>) + 3 * sizeof(TmaDescriptor) + 64 <= 32764,
                      "the per-group operands exceed the kernel parameter limit");
-
-    // ---- Shared memory ----
-    constexpr uint32_t kSmemABytes = BLOCK_M * kBlockK;  // [BLOCK_M, 128] e4m3, 128B-swizzled
-    constexpr uint32_t kSmemBBytes = BLOCK_N * kBlockK;  // [BLOCK_N, 128] e4m3, 128B-swizzled
-    constexpr uint32_t kStageTxBytes = kSmemABytes + kSmemBBytes + BLOCK_M * 4 + BLOCK_N * 4;
-    constexpr uint32_t kSmemSAStride = fp8_wgrad_scale_stage_bytes<BLOCK_M>() / 4;  // floats per stage
-    constexpr uint32_t kSmemSBStride = fp8_wgrad_scale_stage_bytes<BLOCK_N>() / 4;
-    constexpr uint32_t kSmemDBytes = align_up<uint32_t>(kNumMathWGs * Epilogue::kSmemBytes, 1024);
-    DG_STATIC_ASSERT(kSmemSize == (fp8_wgrad_smem_size<BLOCK_M, BLOCK_N, kNumStages>()),
+    DG_STATIC_ASSERT(Config::kSmemSize == (fp8_wgrad_smem_size<BLOCK_M, BLOCK_N, kNumStages>()),
                      "host and device disagree on the shared-memory size");
-    DG_STATIC_ASSERT(kSmemSize <= kSmemBudget, "configuration exceeds the 232448-byte shared-memory budget");
     DG_STATIC_ASSERT(Epilogue::kSmemBytes % 1024 == 0, "each warpgroup's D tile must stay 1024-byte aligned");
 
     extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t* smem_d = smem;                                                         // [math WGs][64, BLOCK_N] fp32
-    uint8_t* smem_a = smem + kSmemDBytes;                                           // [stages][BLOCK_M, 128]
-    uint8_t* smem_b = smem_a + kNumStages * kSmemABytes;                            // [stages][BLOCK_N, 128]
-    float* smem_sa = reinterpret_cast<float*>(smem_b + kNumStages * kSmemBBytes);  // [stages][BLOCK_M (+pad)]
-    float* smem_sb = smem_sa + kNumStages * kSmemSAStride;                          // [stages][BLOCK_N (+pad)]
-    Barrier* full_barriers = reinterpret_cast<Barrier*>(smem_sb + kNumStages * kSmemSBStride);  // [stages]
-    Barrier* empty_barriers = full_barriers + kNumStages;                                 // [stages]
+    const Shell shell(smem);
+    float* smem_sa = reinterpret_cast<float*>(shell.smem_scales);  // [stages][BLOCK_M (+pad)]
+    float* smem_sb = smem_sa + kNumStages * kSmemSAStride;           // [stages][BLOCK_N (+pad)]
+    shell.setup(&tensor_map_sa, &tensor_map_sb, &tensor_map_d);
+    // NOTES: per-group tile counts are even, so a multicast pair never straddles two groups.
+    using Scheduler = typename Shell::template Scheduler<GemmType::KGrouped, SHAPE_N>;
+    auto make_scheduler = [&] { return Scheduler(shape_m, nullptr, num_groups); };
 
-    const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
-    const uint32_t lane_idx = threadIdx.x % 32;
-    const bool is_tma_thread = threadIdx.x == kNumMathThreads;
-
-    // ---- Descriptor prefetch and barrier init ----
-    if (is_tma_thread) {
-        prefetch_tma_descriptor(&tensor_map_sa);
-        prefetch_tma_descriptor(&tensor_map_sb);
-        prefetch_tma_descriptor(&tensor_map_d);
-        init_stage_barriers<kNumStages, kNumMulticast, kNumMathThreads>(full_barriers, empty_barriers);
-    }
-    if constexpr (kNumMulticast > 1)
-        cluster_sync();
-    else
-        __syncthreads();
-
-    // NOTES: tiles t and t + 1 share the multicast operand's block (and, per-group tile counts being even, the group).
-    using Scheduler = TileScheduler<GemmType::KGrouped, BLOCK_M, BLOCK_N, SHAPE_N,
-                                    not (kNumMulticast > 1 and not kMulticastOnA)>;
-
-    if (threadIdx.x >= kNumMathThreads) {
-        // ================= Producer warpgroup =================
-        warpgroup_reg_dealloc<40>();
-        if (is_tma_thread) {
-            constexpr uint64_t kCacheHint = kTmaCacheHintEvictNormal;
-            const bool is_leader = kNumMulticast == 1 or block_rank_in_cluster() == 0;
-            Scheduler scheduler(shape_m, nullptr, num_groups);
-            Tile tile;
-            uint32_t stage = 0, phase = 0;
-            while (scheduler.next(tile)) {
-                const uint32_t num_k_blocks = groups.num_k_blocks[tile.group];
-                const uint32_t kb_offset = groups.k_block_offset[tile.group];
-                const TmaDescriptor* map_a = &groups.a[tile.group];
-                const TmaDescriptor* map_b = &groups.b[tile.group];
-                const auto m_idx = static_cast<int32_t>(tile.row_base);
-                const auto n_idx = static_cast<int32_t>(tile.n_block * BLOCK_N);
-                #pragma unroll 4
-                for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
-                    empty_barriers[stage].wait(phase ^ 1);
-                    const Barrier* bar = &full_barriers[stage];
-                    full_barriers[stage].arrive_and_expect_tx(kStageTxBytes);
-                    const auto k_idx = static_cast<int32_t>(k_block * kBlockK);
-                    uint8_t* dst_a = smem_a + stage * kSmemABytes;
-                    uint8_t* dst_b = smem_b + stage * kSmemBBytes;
-                    tma_load_operand<(kNumMulticast > 1 and kMulticastOnA)>(map_a, bar, dst_a, k_idx, m_idx, is_leader,
-                                                                          kCacheHint);
-                    tma_load_operand<(kNumMulticast > 1 and not kMulticastOnA)>(map_b, bar, dst_b, k_idx, n_idx,
-                                                                              is_leader, kCacheHint);
-                    const auto kb_row = static_cast<int32_t>(kb_offset + k_block);
-                    tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * kSmemSAStride, m_idx, kb_row, kCacheHint);
-                    tma_load_2d(&tensor_map_sb, bar, smem_sb + stage * kSmemSBStride, n_idx, kb_row, kCacheHint);
-                    advance_stage<kNumStages>(stage, phase);
-                }
-            }
-        }
+    if (Shell::is_producer()) {
+        auto operands = [&](const Tile& tile) {
+            TileOperands ops;
+            ops.map_a = &groups.a[tile.group];
+            ops.map_b = &groups.b[tile.group];
+            ops.m_idx = static_cast<int32_t>(tile.row_base);
+            ops.n_idx = static_cast<int32_t>(tile.n_block * BLOCK_N);
+            ops.num_k_blocks = groups.num_k_blocks[tile.group];
+            ops.scale_row = groups.k_block_offset[tile.group];
+            ops.skip = false;
+            ops.peer_shares_b = true;
+            return ops;
+        };
+        auto load_scales = [&](const Tile& tile, uint32_t scale_row, uint32_t stage, const Barrier* bar) {
+            const auto row = static_cast<int32_t>(scale_row);
+            tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * kSmemSAStride, static_cast<int32_t>(tile.row_base),
+                        row, Shell::kCacheHint);
+            tma_load_2d(&tensor_map_sb, bar, smem_sb + stage * kSmemSBStride,
+                        static_cast<int32_t>(tile.n_block * BLOCK_N), row, Shell::kCacheHint);
+        };
+        shell.template produce<kStageTxBytes>(make_scheduler, operands, load_scales);
     } else {
-        // ================= Math warpgroups =================
-        warpgroup_reg_alloc<kNumMathThreads == 128 ? 248 : 232>();
-        // NOTES: shuffled so that the compiler knows it is warp-uniform (see fp8_gemm_1d2d.cuh).
-        const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
-        const uint32_t wg_thread = threadIdx.x % 128;
-        const uint32_t warp_row = (warp_idx % 4) * 16;  // the warp's first row inside the warpgroup's 64 rows
-        const uint32_t lane_row = lane_idx / 4;          // this thread's rows: lane_row and lane_row + 8
-        const uint32_t lane_col = (lane_idx % 4) * 2;    // and columns 8c + lane_col + {0, 1}
-        // Descriptor low words of this warpgroup's first A sub-tile and of B in stage 0 (see mma.cuh), and the
-        // 32-bit shared addresses of this thread's first SA / SB entries in stage 0.
-        const uint32_t a_desc_lo =
-            __shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(smem_a) + math_wg * WGMMA::M * kBlockK), 0);
-        const uint32_t b_desc_lo = __shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(smem_b)), 0);
-        const uint32_t sa_addr = smem_u32(smem_sa) + (math_wg * WGMMA::M + warp_row + lane_row) * 4;
+        const auto wg = shell.math_warpgroup();
+        const uint32_t lane_col = (wg.lane_idx % 4) * 2;  // this thread's columns: 8c + lane_col + {0, 1}
+        // The 32-bit shared addresses of this thread's first SA / SB entries in stage 0.
+        const uint32_t sa_addr = smem_u32(smem_sa) + wg.thread_row() * 4;
         const uint32_t sb_addr = smem_u32(smem_sb) + lane_col * 4;
-        uint8_t* wg_smem_d = smem_d + math_wg * Epilogue::kSmemBytes;
+        uint8_t* wg_smem_d = shell.smem_d + wg.math_wg * Epilogue::kSmemBytes;
 
         float partial[kNumAccum];
         float final_accum[kNumSubTiles][kNumAccum];
 
-        // The stage's A/B/scales are consumed: let the producer(s) refill it.
-        auto release = [&](uint32_t stage) { release_stage<kNumMulticast>(empty_barriers[stage], lane_idx); };
         // final += partial * SA(row) * SB(column), for the 8-column chunk c with column scales (sb0, sb1).
         auto promote_chunk = [&](float* final_acc, uint32_t c, float sa_lo, float sa_hi, float sb0, float sb1) {
             final_acc[c * 4 + 0] += partial[c * 4 + 0] * (sa_lo * sb0);
@@ -201,18 +154,18 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
         constexpr uint32_t kIssueBarrier = 4;
         auto wait_issue_turn = [&]() {
             if constexpr (kOrderedIssue)
-                named_barrier_sync<256>(kIssueBarrier + math_wg);
+                named_barrier_sync<256>(kIssueBarrier + wg.math_wg);
         };
         auto pass_issue_turn = [&]() {
             if constexpr (kOrderedIssue)
-                named_barrier_arrive<256>(kIssueBarrier + 1 - math_wg);
+                named_barrier_arrive<256>(kIssueBarrier + 1 - wg.math_wg);
         };
-        if (math_wg == 1)
+        if (wg.math_wg == 1)
             pass_issue_turn();  // warpgroup 0 issues first
 
-        Scheduler scheduler(shape_m, nullptr, num_groups);
+        auto scheduler = make_scheduler();
         Tile tile;
-        uint32_t stage = 0, phase = 0;
+        typename Shell::Stages stages;
         while (scheduler.next(tile)) {
             const uint32_t num_k_blocks = groups.num_k_blocks[tile.group];
             if (num_k_blocks == 0)
@@ -226,27 +179,17 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
 
             #pragma unroll 1
             for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
-                full_barriers[stage].wait(phase);
-                const uint32_t sb_stage = sb_addr + stage * kSmemSBStride * 4;
+                shell.ring.wait_full(stages);
+                const uint32_t sb_stage = sb_addr + stages.stage * kSmemSBStride * 4;
                 // Column scales of this thread, read once per K block for all sub-tiles (while the WGMMAs run).
                 float sb[kPreloadSB ? BLOCK_N / 4 : 1];
                 #pragma unroll
                 for (uint32_t s = 0; s < kNumSubTiles; ++s) {
                     wait_issue_turn();
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        wgmma_fence_operand(partial[i]);
-                    wgmma_fence();
-                    WGMMA::template mma_k_block<kBlockK>(
-                        a_desc_lo + (stage * kSmemABytes + s * kNumMathWGs * WGMMA::M * kBlockK) / 16,
-                        b_desc_lo + stage * (kSmemBBytes / 16), partial);
-                    wgmma_commit_group();
+                    wg.issue_mma(stages.stage, s, partial);
                     pass_issue_turn();
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        wgmma_fence_operand(partial[i]);
 
-                    const uint32_t sa_stage = sa_addr + (stage * kSmemSAStride + s * kNumMathWGs * WGMMA::M) * 4;
+                    const uint32_t sa_stage = sa_addr + (stages.stage * kSmemSAStride + s * kNumMathWGs * WGMMA::M) * 4;
                     const float sa_lo = ld_shared_f32(sa_stage);
                     const float sa_hi = ld_shared_f32(sa_stage + 8 * 4);
                     if constexpr (kPreloadSB) {
@@ -261,7 +204,7 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                     for (uint32_t i = 0; i < kNumAccum; ++i)
                         wgmma_fence_operand(partial[i]);
                     if (kPreloadSB and s + 1 == kNumSubTiles)
-                        release(stage);
+                        wg.release(stages.stage);
                     #pragma unroll
                     for (uint32_t c = 0; c < BLOCK_N / 8; ++c) {
                         if constexpr (kPreloadSB) {
@@ -274,38 +217,28 @@ fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<kMaxGroups> groups,
                     }
                 }
                 if constexpr (not kPreloadSB)
-                    release(stage);
-                advance_stage<kNumStages>(stage, phase);
+                    wg.release(stages.stage);
+                stages.advance();
             }
 
             // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> swizzled smem -> TMA reduce-add into D ----
-            const bool is_wg_leader = wg_thread == 0;
             #pragma unroll
             for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                // The warpgroup's previous reduce must have read its smem tile before it is overwritten.
-                if (is_wg_leader)
-                    tma_store_wait<0>();
-                named_barrier_sync<128>(2 + math_wg);
-                Epilogue::write_warp(wg_smem_d, final_accum[s], warp_row, lane_idx);
-                fence_proxy_async_shared();
-                named_barrier_sync<128>(2 + math_wg);
-                if (is_wg_leader) {
-                    Epilogue::reduce_rows(&tensor_map_d, wg_smem_d, tile.group,
-                                          tile.row_base + (s * kNumMathWGs + math_wg) * WGMMA::M,
-                                          tile.n_block * BLOCK_N);
-                    tma_store_commit();
-                }
+                wg.store_tile([&] { Epilogue::write_warp(wg_smem_d, final_accum[s], wg.warp_row, wg.lane_idx); },
+                              [&](bool is_leader) {
+                                  if (is_leader) {
+                                      Epilogue::reduce_rows(&tensor_map_d, wg_smem_d, tile.group,
+                                                            tile.row_base + wg.sub_tile_row(s), tile.n_block * BLOCK_N);
+                                      tma_store_commit();
+                                  }
+                              });
             }
         }
-        if (wg_thread == 0)
-            tma_store_wait<0>();
-        if (math_wg == 0)
+        wg.finish();
+        if (wg.math_wg == 0)
             wait_issue_turn();  // consume warpgroup 1's last pass (every arrival is matched before exit)
     }
-
-    // NOTES: a CTA must outlive every remote barrier arrival and multicast write its cluster peer still sends.
-    if constexpr (kNumMulticast > 1)
-        cluster_sync();
+    Shell::teardown();
 #endif
 }
 

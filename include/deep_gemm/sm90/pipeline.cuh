@@ -1,7 +1,8 @@
 #pragma once
 
-// Pieces every sm90 kernel's TMA -> WGMMA pipeline shares: the K block, the producer warpgroup, the shared-memory
-// budget, the stage barriers and their walk, and the producer's A/B loads.
+// The ring of shared-memory stages between the TMA producer and the WGMMA math warpgroups, as every sm90 kernel
+// uses it: the K block, the producer warpgroup, the shared-memory budget, the stage barriers and the stage/phase
+// walk over them, and the producer's operand loads.
 
 #include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/tma.cuh>
@@ -13,38 +14,61 @@ constexpr uint32_t kBlockK = 128;             // = the scale granularity along K
 constexpr uint32_t kNumProducerThreads = 128;  // one warpgroup; one elected thread issues every TMA
 constexpr uint32_t kSmemBudget = 232448;       // opt-in shared memory per block on H100/H200
 
-// Next pipeline slot: the phase bit flips each time the stage index wraps around.
+// The stage/phase walk: producer and consumers each keep one and advance it once per K block, in the same order.
 template <uint32_t kNumStages>
-__device__ __forceinline__ void advance_stage(uint32_t& stage, uint32_t& phase) {
-    stage = stage + 1 == kNumStages ? 0 : stage + 1;
-    phase ^= stage == 0;
-}
+struct StageIterator {
+    uint32_t stage = 0;
+    uint32_t phase = 0;  // parity of the stage's barriers in the current pass over the ring
 
-// Initialise the stages' full barriers (one producer arrival plus transaction bytes) and empty barriers (one arrival
-// per math warp of every cluster CTA, because a multicast TMA writes the stage in both CTAs), and publish them to the
-// async proxy and the cluster. One thread.
+    // The phase bit flips each time the stage index wraps around.
+    __device__ __forceinline__ void advance() {
+        stage = stage + 1 == kNumStages ? 0 : stage + 1;
+        phase ^= stage == 0;
+    }
+};
+
+// The stages' barriers: `full` (one producer arrival plus the stage's transaction bytes) and `empty` (one arrival
+// per math warp of every cluster CTA, because a multicast TMA writes the stage in both CTAs).
 template <uint32_t kNumStages, uint32_t kNumMulticast, uint32_t kNumMathThreads>
-__device__ __forceinline__ void init_stage_barriers(Barrier* full_barriers, Barrier* empty_barriers) {
-    #pragma unroll
-    for (uint32_t i = 0; i < kNumStages; ++i) {
-        full_barriers[i].init(1);
-        empty_barriers[i].init(kNumMulticast * kNumMathThreads / 32);
-    }
-    fence_proxy_async_shared();
-    fence_barrier_init();
-}
+struct StageRing {
+    using Iterator = StageIterator<kNumStages>;
 
-// A stage's operands are consumed: one arrival per warp on the empty barrier of every cluster CTA.
-template <uint32_t kNumMulticast>
-__device__ __forceinline__ void release_stage(Barrier& empty_barrier, uint32_t lane_idx) {
-    if constexpr (kNumMulticast == 1) {
-        if (lane_idx == 0)
-            empty_barrier.arrive();
-    } else {
-        if (lane_idx < kNumMulticast)
-            empty_barrier.arrive_cluster(lane_idx);
+    Barrier* full;   // [kNumStages]
+    Barrier* empty;  // [kNumStages]
+
+    // Initialise the barriers and publish them to the async proxy and the cluster. One thread.
+    __device__ __forceinline__ void init() const {
+        #pragma unroll
+        for (uint32_t i = 0; i < kNumStages; ++i) {
+            full[i].init(1);
+            empty[i].init(kNumMulticast * kNumMathThreads / 32);
+        }
+        fence_proxy_async_shared();
+        fence_barrier_init();
     }
-}
+
+    // Producer: wait until the stage is consumed, announce its `tx_bytes`; the stage's TMA loads complete on the
+    // returned barrier.
+    __device__ __forceinline__ const Barrier* acquire(const Iterator& it, uint32_t tx_bytes) const {
+        empty[it.stage].wait(it.phase ^ 1);
+        full[it.stage].arrive_and_expect_tx(tx_bytes);
+        return &full[it.stage];
+    }
+
+    // Consumers: wait until the stage's loads have landed.
+    __device__ __forceinline__ void wait_full(const Iterator& it) const { full[it.stage].wait(it.phase); }
+
+    // Consumers: the stage's operands are consumed; one arrival per warp on the empty barrier of every cluster CTA.
+    __device__ __forceinline__ void release(uint32_t stage, uint32_t lane_idx) const {
+        if constexpr (kNumMulticast == 1) {
+            if (lane_idx == 0)
+                empty[stage].arrive();
+        } else {
+            if (lane_idx < kNumMulticast)
+                empty[stage].arrive_cluster(lane_idx);
+        }
+    }
+};
 
 // Load one operand tile of a stage: multicast to both CTAs of the pair by the leader when kShared, else this CTA's
 // own load.
