@@ -1,4 +1,5 @@
 """On-disk kernel cache (deep_gemm/jit/cache.py), jit.build on top of it, and the AOT CLI (python -m deep_gemm)."""
+import functools
 import hashlib
 import json
 import os
@@ -441,12 +442,16 @@ def test_nvrtc_identity_is_remembered_per_installation(tmp_path, monkeypatch):
     env = dict(os.environ, DG_JIT_CACHE_DIR=str(tmp_path))
     code = ("import sys; from deep_gemm.jit.compiler import NVRTCCompiler; c = NVRTCCompiler(); "
             "print(c.identity(), 'cuda.bindings.nvrtc' in sys.modules)")
-    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    second = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    # NOTES: cwd outside the checkout, so `python -c` imports the installed package (with its built _C module),
+    # not the source tree.
+    run = functools.partial(subprocess.run, [sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            check=True, cwd=str(tmp_path))
+    first = run()
+    second = run()
     ident, loaded = first.stdout.split()
     assert ident.startswith("nvrtc-") and loaded == "True"
     assert second.stdout.split() == [ident, "False"]
     (stamp,) = os.listdir(tmp_path / "nvrtc_identity")
     (tmp_path / "nvrtc_identity" / stamp).write_text("garbage")
-    third = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    third = run()
     assert third.stdout.split() == [ident, "True"]  # an unreadable record is replaced by the loaded version
