@@ -133,16 +133,24 @@ def can_implement(device: torch.device, op: str) -> None:
         raise NotImplementedError(f"{op} has no kernel for {arch} yet (device {device})")
 
 
-def _mn_major_scales(s, name: str, rows: int, kb: int, allow_row_form: bool = True) -> Tuple[torch.Tensor, int]:
-    """Scales as the kernel reads them: MN-major [kb, rows] with a 16-byte aligned row stride. Returns (tensor whose
-    storage is read, row stride in elements).
-
-    Accepted: [kb, rows] with a unit inner stride (the "transposed" form, used as is when aligned) and, with
-    `allow_row_form`, [rows, kb] (converted; no copy when it already is the MN-major TMA-aligned layout).
-    NOTES: as in DeepGEMM, a square tensor (rows == kb) with a unit inner stride is taken as [kb, rows].
-    `s` is a 2-D float32 tensor (checked by the caller)."""
+def _is_transposed_form(s, name: str, rows: int, kb: int, allow_row_form: bool = True) -> bool:
+    """Which accepted form 2-D float32 scales `s` have: [kb, rows] with a unit inner stride (the "transposed" form,
+    True) or, with `allow_row_form`, [rows, kb] (False); anything else raises.
+    NOTES: as in DeepGEMM, a square tensor (rows == kb) with a unit inner stride is taken as [kb, rows]."""
     shape = tuple(s.shape)
     if shape == (kb, rows) and (rows <= 1 or s.stride(1) == 1):
+        return True
+    if allow_row_form and shape == (rows, kb):
+        return False
+    forms = f"({kb}, {rows})" + (f" or ({rows}, {kb})" if allow_row_form else "")
+    raise ValueError(f"{name} must have shape {forms} (one scale per row and 128-wide K block), got {shape}")
+
+
+def _mn_major_scales(s, name: str, rows: int, kb: int, allow_row_form: bool = True) -> Tuple[torch.Tensor, int]:
+    """Scales as the kernel reads them: MN-major [kb, rows] with a 16-byte aligned row stride. Returns (tensor whose
+    storage is read, row stride in elements): the transposed form as is when aligned, else a copy; the row form
+    through `get_col_major_tma_aligned_tensor` (no copy when it already is the MN-major TMA-aligned layout)."""
+    if _is_transposed_form(s, name, rows, kb, allow_row_form):
         row_stride = s.stride(0) if kb > 1 else get_tma_aligned_size(rows, 4)
         if row_stride % 4 == 0 and row_stride >= rows and s.data_ptr() % 16 == 0:
             return s, row_stride
@@ -150,11 +158,8 @@ def _mn_major_scales(s, name: str, rows: int, kb: int, allow_row_form: bool = Tr
         copy = torch.empty((kb, aligned), device=s.device, dtype=s.dtype)[:, :rows]
         copy.copy_(s)
         return copy, aligned
-    if allow_row_form and shape == (rows, kb):
-        t = get_col_major_tma_aligned_tensor(s)  # [rows, kb] with strides (1, aligned rows)
-        return t, get_tma_aligned_size(rows, 4)
-    forms = f"({kb}, {rows})" + (f" or ({rows}, {kb})" if allow_row_form else "")
-    raise ValueError(f"{name} must have shape {forms} (one scale per row and 128-wide K block), got {shape}")
+    t = get_col_major_tma_aligned_tensor(s)  # [rows, kb] with strides (1, aligned rows)
+    return t, get_tma_aligned_size(rows, 4)
 
 
 def _out_is_tma_target(out: torch.Tensor, name: str) -> bool:
@@ -282,7 +287,7 @@ def normalise_wgrad(lhs, rhs, out) -> WgradLayout:
     checks.check_tma_matrix(a, "lhs[0] (A)")
     checks.check_tma_matrix(b, "rhs[0] (B)")
     for s, name, rows in ((sa, "lhs[1] (SA)", m), (sb, "rhs[1] (SB)", n)):
-        _mn_major_scales(s, name, rows, kb)  # the shape/stride checks (a conversion, if any, is per call)
+        _is_transposed_form(s, name, rows, kb)  # a conversion, if any, is per call
     can_implement(device, "wgrad_gemm_fp8_fp8_fp32_nt")
     return _layout(False, False, device, m, n, (k,), kb, out, tensors)
 
@@ -342,6 +347,6 @@ def normalise_k_grouped(lhs, rhs, out, batch_sizes) -> WgradLayout:
     if m == 0 or n == 0 or total_k == 0:
         return _layout(True, True, device, m, n, ks, total_kb, out, tensors)
     for s, name, rows in ((sa, "lhs[1] (SA)", m), (sb, "rhs[1] (SB)", n)):
-        _mn_major_scales(s, name, rows, total_kb, allow_row_form=False)
+        _is_transposed_form(s, name, rows, total_kb, allow_row_form=False)
     can_implement(device, "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt")
     return _layout(True, False, device, m, n, ks, total_kb, out, tensors)
