@@ -379,32 +379,39 @@ def _host_time_calls():
     a_flat, b_flat = a8.repeat(groups, 1).view(-1), b8.repeat(groups, 1).view(-1)
     sa_k, sb_k = sa_t.repeat(groups, 1), sb_t.repeat(groups, 1)
     kout = torch.zeros((groups, m, n), device="cuda")
+    from deep_gemm.runtime import Op
     calls = {
-        "dense": lambda: deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out),
-        "contiguous": lambda: deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a8, sa), (bg8, sbg), out,
-                                                                                   m_indices),
-        "masked": lambda: deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a3, sa3), (bg8, sbg), out3, masked_m, 64),
-        "wgrad": lambda: deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt((a8, sa_t), (b8, sb_t), wout),
-        "k_grouped (4 groups)": lambda: deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a_flat, sa_k), (b_flat, sb_k),
-                                                                                       kout, ks),
+        "dense": (deep_gemm.gemm_fp8_fp8_bf16_nt, ((a8, sa), (b8, sb), out), Op.DENSE),
+        "contiguous": (deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, ((a8, sa), (bg8, sbg), out, m_indices),
+                       Op.M_GROUPED_CONTIGUOUS),
+        "masked": (deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked, ((a3, sa3), (bg8, sbg), out3, masked_m, 64),
+                   Op.M_GROUPED_MASKED),
+        "wgrad": (deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt, ((a8, sa_t), (b8, sb_t), wout), Op.WGRAD),
+        "k_grouped (4 groups)": (deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, ((a_flat, sa_k), (b_flat, sb_k), kout,
+                                                                                  ks), Op.K_GROUPED_WGRAD),
     }
     if hasattr(torch, "_scaled_mm"):
         sb_col = sb.t()
-        calls["torch._scaled_mm"] = lambda: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb_col,
-                                                             out_dtype=torch.bfloat16)
+        calls["torch._scaled_mm"] = (lambda a, b: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb_col,
+                                                                   out_dtype=torch.bfloat16), (a8, b8.t()), None)
     return calls
 
 
-def host_overhead_us():
-    """Host microseconds per warmed call of each public GEMM (median, p99 and mean of 10,000 calls), and the share
-    of those calls the launch module made without entering Python."""
+def host_overhead_us(per_batch: int = 200):
+    """Host microseconds per warmed call of each public GEMM (median, p99 and mean of 10,000 calls in batches of
+    `per_batch`), the share of those calls the launch module made without entering Python, and the median cost of
+    reading the call's arguments into its layout key (`_C.layout_key`: no lookup, no launch)."""
+    from deep_gemm import _C
     result = {}
-    for name, fn in _host_time_calls().items():
+    for name, (fn, args, op) in _host_time_calls().items():
         before = deep_gemm.testing.launch_stats()
-        t = _host_times(fn) * 1e6
+        t = _host_times(lambda: fn(*args), batches=10000 // per_batch, per_batch=per_batch) * 1e6
         after = deep_gemm.testing.launch_stats()
         result[name] = dict(median_us=float(t.median()), p99_us=float(t.quantile(0.99)), mean_us=float(t.mean()),
                             calls=t.numel(), fast_calls=after["fast"] - before["fast"])
+        if op is not None:
+            read = _host_times(lambda: _C.layout_key(op, *args), batches=10, per_batch=1000) * 1e6
+            result[name]["key_read_median_us"] = float(read.median())
     return result
 
 
@@ -443,6 +450,7 @@ def main():
     parser.add_argument("--num-tests", type=int, default=30)
     parser.add_argument("--shapes", nargs="*", help="MxNxK shapes instead of the default dense suite")
     parser.add_argument("--skip-host", action="store_true", help="skip host-overhead and compile-time rows")
+    parser.add_argument("--host-batch", type=int, default=200, help="calls per timed batch of the host-time rows")
     parser.add_argument("--suite", nargs="*", default=list(SUITES), choices=SUITES,
                         help="which suites to run (default: all)")
     args = parser.parse_args()
@@ -467,14 +475,14 @@ def main():
         grouped = run_grouped_suites(args.suite, args.num_tests)
     wgrad = run_wgrad_suites(args.suite, args.num_tests) if {"wgrad", "k_grouped"} & set(args.suite) else []
     if "dense" in args.suite and not args.skip_host:
-        host = host_overhead_us()
-        summary.update(host_us_per_call=host, launch_path=deep_gemm.get_launch_path())
-        print(f"host time per warmed call (launch path {deep_gemm.get_launch_path()}; 10,000 calls in batches of 200, "
-              f"sync between batches not timed):")
+        host = host_overhead_us(args.host_batch)
+        summary.update(host_us_per_call=host, launch_path=deep_gemm.get_launch_path(), host_batch=args.host_batch)
+        print(f"host time per warmed call (launch path {deep_gemm.get_launch_path()}; 10,000 calls in batches of "
+              f"{args.host_batch}, sync between batches not timed):")
         for name, h in host.items():
             print(f"  {name:>22}: median {h['median_us']:.2f} us, p99 {h['p99_us']:.2f} us, mean {h['mean_us']:.2f} us"
-                  + (f" ({h['fast_calls']} of {h['calls'] + 200} calls without Python)" if "_scaled_mm" not in name
-                     else ""))
+                  + (f" ({h['fast_calls']} of {h['calls'] + args.host_batch} calls without Python; reading the "
+                     f"arguments {h['key_read_median_us']:.2f} us)" if "key_read_median_us" in h else ""))
         cold, hit = compile_times()
         summary.update(cold_compile_s=cold, disk_cache_hit_s=hit)
         print(f"NVRTC cold compile of one kernel: {cold:.2f} s; disk-cache hit in a fresh process: {hit * 1e3:.1f} ms")
