@@ -73,7 +73,12 @@ def _slow_path(op: int, args: tuple, key: Optional[tuple]):
             if len(_layouts) >= _MAX_LAYOUTS:
                 _layouts.clear()
             _layouts[key] = layout
-    return layout.run(*args)
+    # NOTES: kernels launch in the current context, so tensors off the current device need a switch (without it
+    # the kernel ran in the wrong device's context); only then, since a switch costs microseconds.
+    if layout.device.index == torch.cuda.current_device():
+        return layout.run(*args)
+    with torch.cuda.device(layout.device):
+        return layout.run(*args)
 
 
 def get_launch_path() -> str:

@@ -1,6 +1,6 @@
 """Small public helpers (DeepGEMM-compatible names)."""
 import functools
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -25,16 +25,6 @@ def get_device_arch(device_index: int) -> str:
     if major == 10:
         return "sm_100a"
     return f"sm_{major}{minor}"
-
-
-def run_on_device(device: torch.device, fn: Callable, *args):
-    """fn(*args) with `device` current: kernels launch in the current context, so tensors off the current device
-    need a switch (without it the kernel ran in the wrong device's context). Switches only when needed: a switch
-    costs microseconds."""
-    if device.index == torch.cuda.current_device():
-        return fn(*args)
-    with torch.cuda.device(device):
-        return fn(*args)
 
 
 def set_num_sms(num_sms: int) -> None:
@@ -83,16 +73,6 @@ def get_tma_aligned_size(x: int, element_size: int) -> int:
     return align(x, 16 // element_size)
 
 
-def is_col_major_tma_aligned(x: torch.Tensor) -> bool:
-    """Whether [m, k'] / [g, m, k'] `x` has the strides `get_col_major_tma_aligned_tensor` returns (the pointer's
-    16-byte alignment is not checked: it changes from call to call where the layout does not)."""
-    m, k = x.shape[-2], x.shape[-1]
-    aligned_m = get_tma_aligned_size(m, x.element_size())
-    if not (x.stride(-2) == 1 and (x.stride(-1) == aligned_m or k == 1)):
-        return False
-    return x.dim() == 2 or x.stride(0) == aligned_m * k or x.shape[0] == 1
-
-
 def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
     """Return `x` ([m, k'] or [g, m, k'], float32) as an MN-major tensor whose M stride is padded to 16 bytes.
 
@@ -105,6 +85,7 @@ def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"x must be float32 scales, got {x.dtype}")
     if x.dim() not in (2, 3):
         raise ValueError(f"x must be 2-D [m, k] or 3-D [g, m, k], got shape {tuple(x.shape)}")
+    from .ops.checks import is_col_major_tma_aligned
     if is_col_major_tma_aligned(x) and x.data_ptr() % 16 == 0:
         return x
     m, k = x.shape[-2], x.shape[-1]
@@ -113,11 +94,3 @@ def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty((*batch, k, aligned_m), device=x.device, dtype=x.dtype).transpose(-1, -2)[..., :m, :]
     out.copy_(x)
     return out
-
-
-def tma_ready_scales(sa: torch.Tensor, sb: torch.Tensor, sa_ready: bool, sb_contiguous: bool):
-    """(SA, SB) as the kernels read them: SA MN-major and TMA-aligned (converted unless `sa_ready` and its pointer
-    is 16-byte aligned), SB contiguous. `sa_ready` / `sb_contiguous` come from a caller's cached layout checks."""
-    if not (sa_ready and sa.data_ptr() % 16 == 0):
-        sa = get_col_major_tma_aligned_tensor(sa)
-    return sa, sb if sb_contiguous else sb.contiguous()

@@ -5,7 +5,7 @@ Tensors are referred to by their index in the call's tensor list (the order `_C`
 pair, then the other tensor arguments, as in the public signature)."""
 import functools
 import struct
-from typing import List, Sequence, Tuple
+from typing import List, Sequence
 
 from ..jit.runtime import current_context
 
@@ -103,8 +103,3 @@ def _enums() -> dict:
         swizzle={size: int(getattr(cu.CUtensorMapSwizzle, name)) for size, name in swizzle.items()},
         promo={True: int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
                False: int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE)})
-
-
-def tensor_geometry(tensors) -> Tuple:
-    """(shape, strides) of each tensor: what a plan's descriptors depend on besides the addresses."""
-    return tuple((tuple(t.shape), t.stride()) for t in tensors)

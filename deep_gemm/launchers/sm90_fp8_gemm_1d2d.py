@@ -14,10 +14,8 @@ from ..heuristics.common import ceil_div, get_forced_config
 from ..heuristics.sm90 import sm90_kernel_variants
 from ..jit.runtime import ensure_context
 from ..ops import checks
-from ..utils import (get_device_arch, get_num_sms, get_tma_aligned_size, is_col_major_tma_aligned, run_on_device,
-                     tma_ready_scales)
-from .plan import ParamBuffer, make_plan, noop_plan, tensor_geometry
-from .tma import tma_row_stride
+from ..utils import get_device_arch, get_num_sms, get_tma_aligned_size
+from .plan import ParamBuffer, make_plan, noop_plan
 
 HEADER = "deep_gemm/sm90/fp8_gemm_1d2d.cuh"
 FUNCTION = "deep_gemm::sm90::fp8_gemm_1d2d_impl"
@@ -110,10 +108,10 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     device_index = a.device.index
     kernel = _kernel(heuristic_m, n, k, num_sms, device_index, arch, kind, num_groups)
     cfg = kernel.config
-    out_row_stride = tma_row_stride(out2)
+    out_row_stride = checks.tma_row_stride(out2)
     params = ParamBuffer()
-    params.tensor_map(0, 1, (k, rows), (tma_row_stride(a2),), (128, cfg.block_m), 128)
-    params.tensor_map(2, 1, (k, num_groups * n), (tma_row_stride(b2),), (128, cfg.block_n), 128)
+    params.tensor_map(0, 1, (k, rows), (checks.tma_row_stride(a2),), (128, cfg.block_m), 128)
+    params.tensor_map(2, 1, (k, num_groups * n), (checks.tma_row_stride(b2),), (128, cfg.block_n), 128)
     params.tensor_map(1, 4, (sa_inner, sa_outer), (sa_stride,), (cfg.block_m, 1), 0, l2_promotion=False)
     # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
     d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
@@ -184,19 +182,19 @@ class GemmLayout:
             zero = torch.zeros((), dtype=out.dtype, device=self.device)
             out.copy_(torch.where(rows < index.view(num_groups, 1, 1), zero, out))
             return None
-        sa_k, sb_k = tma_ready_scales(sa, sb, self.sa_ready, self.sb_contiguous)
+        sa_k, sb_k = checks.tma_ready_scales(sa, sb, self.sa_ready, self.sb_contiguous)
         target = out
         if self.ragged_n:
             m, n = out.shape
             target = torch.empty((m, n + (-n) % 8), dtype=out.dtype, device=self.device)
         kernel_tensors = (a, sa_k, b, sb_k, target) + tensors[5:]
-        plan = run_on_device(self.device, self._launch, kernel_tensors)
+        plan = self._launch(kernel_tensors)
         if self.ragged_n:
             out.copy_(target[:, :out.shape[1]])
         return plan if (sa_k is sa and sb_k is sb and target is out) else None
 
     def _launch(self, tensors):
-        geometry = tensor_geometry(tensors)
+        geometry = checks.tensor_geometry(tensors)
         plan = self.plans.get(geometry)
         if plan is None:
             plan = self.plans[geometry] = build_plan(self.kind, tensors, self.num_sms, self.arch, self.expected_m)
@@ -205,7 +203,7 @@ class GemmLayout:
 
 
 def _layout(kind, action, device, sa, sb, named, ragged_n=False, expected_m=0) -> GemmLayout:
-    return GemmLayout(kind, action, device, ragged_n, is_col_major_tma_aligned(sa), sb.is_contiguous(),
+    return GemmLayout(kind, action, device, ragged_n, checks.is_col_major_tma_aligned(sa), sb.is_contiguous(),
                       tuple(checks.extent_bytes(t) for _, t in named), expected_m, get_num_sms(device.index),
                       get_device_arch(device.index))
 

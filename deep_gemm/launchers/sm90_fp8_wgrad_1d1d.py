@@ -15,10 +15,8 @@ from ..heuristics.common import GemmConfig, ceil_div, get_forced_config
 from ..heuristics.sm90_wgrad import MAX_GROUPS_PER_LAUNCH, get_wgrad_config, group_capacity
 from ..jit.runtime import ensure_context
 from ..ops import checks
-from ..utils import (get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size,
-                     run_on_device)
-from .plan import ParamBuffer, make_plan, noop_plan, tensor_geometry
-from .tma import tma_row_stride
+from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size
+from .plan import ParamBuffer, make_plan, noop_plan
 
 HEADER = "deep_gemm/sm90/fp8_wgrad_1d1d.cuh"
 FUNCTION = "deep_gemm::sm90::fp8_wgrad_1d1d_impl"
@@ -224,13 +222,13 @@ class WgradLayout:
             target = torch.empty((*out.shape[:-1], get_tma_aligned_size(self.n, 4)), device=self.device,
                                  dtype=torch.float32)[..., :self.n]
             target.copy_(out)
-        plan = run_on_device(self.device, self._launch, (a, sa_k, b, sb_k, target), sa_stride, sb_stride)
+        plan = self._launch((a, sa_k, b, sb_k, target), sa_stride, sb_stride)
         if target is not out:
             out.copy_(target)
         return plan if (sa_k is sa and sb_k is sb and target is out) else None
 
     def _launch(self, tensors, sa_stride: int, sb_stride: int):
-        geometry = (tensor_geometry(tensors), sa_stride, sb_stride)
+        geometry = (checks.tensor_geometry(tensors), sa_stride, sb_stride)
         plan = self.plans.get(geometry)
         if plan is None:
             plan = self.plans[geometry] = build_plan(self._operands(tensors, sa_stride, sb_stride),
@@ -245,7 +243,7 @@ class WgradLayout:
         d = d if self.k_grouped else d.unsqueeze(0)
         group_stride, row_stride = _d_strides(d)
         if not self.k_grouped:
-            return Operands(m, n, self.ks, (0,), (tma_row_stride(a),), (0,), (tma_row_stride(b),), sa_stride,
+            return Operands(m, n, self.ks, (0,), (checks.tma_row_stride(a),), (0,), (checks.tma_row_stride(b),), sa_stride,
                             sb_stride, group_stride, row_stride)
         offsets = [0]
         for k in self.ks[:-1]:

@@ -1,4 +1,5 @@
-"""Input validation shared by the public GEMMs: every failure names the argument and what was expected."""
+"""Input validation and TMA operand geometry shared by the kernel families: every failure names the argument and what
+was expected. A leaf module (torch only), so a tensor argument's validation never leaves it."""
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -118,3 +119,39 @@ def rows_view(t: torch.Tensor, name: str) -> torch.Tensor:
         raise ValueError(f"{name} must stack its {g} groups uniformly (stride(0) == size(1) * stride(1)), got "
                          f"shape {tuple(t.shape)} and strides {t.stride()}")
     return t.view(g * r, c)
+
+
+def _tma_aligned(x: int, element_size: int) -> int:
+    """`x` elements rounded up to a multiple of 16 bytes (as `deep_gemm.get_tma_aligned_size`)."""
+    per16 = 16 // element_size
+    return (x + per16 - 1) // per16 * per16
+
+
+def tma_row_stride(t: torch.Tensor) -> int:
+    """Row stride (elements) to give TMA for a 2-D operand: its own, or any legal one when there is a single row."""
+    rows, cols = t.shape
+    return t.stride(0) if rows > 1 else _tma_aligned(cols, t.element_size())
+
+
+def tensor_geometry(tensors) -> Tuple:
+    """(shape, strides) of each tensor: what a plan's descriptors depend on besides the addresses."""
+    return tuple((tuple(t.shape), t.stride()) for t in tensors)
+
+
+def is_col_major_tma_aligned(x: torch.Tensor) -> bool:
+    """Whether [m, k'] / [g, m, k'] `x` has the strides `get_col_major_tma_aligned_tensor` returns (the pointer's
+    16-byte alignment is not checked: it changes from call to call where the layout does not)."""
+    m, k = x.shape[-2], x.shape[-1]
+    aligned_m = _tma_aligned(m, x.element_size())
+    if not (x.stride(-2) == 1 and (x.stride(-1) == aligned_m or k == 1)):
+        return False
+    return x.dim() == 2 or x.stride(0) == aligned_m * k or x.shape[0] == 1
+
+
+def tma_ready_scales(sa: torch.Tensor, sb: torch.Tensor, sa_ready: bool, sb_contiguous: bool):
+    """(SA, SB) as the kernels read them: SA MN-major and TMA-aligned (converted unless `sa_ready` and its pointer
+    is 16-byte aligned), SB contiguous. `sa_ready` / `sb_contiguous` come from a caller's cached layout checks."""
+    if not (sa_ready and sa.data_ptr() % 16 == 0):
+        from ..utils import get_col_major_tma_aligned_tensor
+        sa = get_col_major_tma_aligned_tensor(sa)
+    return sa, sb if sb_contiguous else sb.contiguous()
