@@ -4,6 +4,7 @@ import threading
 from typing import Dict, Tuple
 
 from ..envs import read_env
+from . import counters
 from .cache import CacheError, KernelCache, cache_key, get_or_build
 from .codegen import CppName, KernelSource
 from .compiler import CompileError, get_compiler
@@ -11,11 +12,18 @@ from .parallel import build_many
 from .paths import ToolchainError, include_dirs, project_include_dir
 from .runtime import CUDADriverError, LoadedKernel
 
-__all__ = ["CppName", "KernelSource", "build", "build_many", "load", "CompileError", "CacheError", "ToolchainError",
-           "CUDADriverError", "include_dirs", "project_include_dir"]
+__all__ = ["CppName", "KernelSource", "build", "build_many", "load", "stats", "CompileError", "CacheError",
+           "ToolchainError", "CUDADriverError", "include_dirs", "project_include_dir"]
 
 _loaded: Dict[Tuple[str, str], LoadedKernel] = {}
 _lock = threading.Lock()
+
+
+def stats() -> Dict[str, int]:
+    """Kernel builds of this process and of its precompile workers: {"compiled": n (the compiler ran),
+    "disk_hits": n (found in the disk cache, possibly after waiting for another process's compile)}. Multi-process
+    tests check exactly one compile per kernel with it."""
+    return counters.snapshot()
 
 
 def build(source: KernelSource, arch: str) -> Tuple[bytes, bool, float]:
@@ -40,6 +48,7 @@ def build(source: KernelSource, arch: str) -> Tuple[bytes, bool, float]:
                                   compile_seconds=result.seconds)
 
     cubin, cached = get_or_build(cache, source.name, key, code, _compile)
+    counters.add({"disk_hits" if cached else "compiled": 1})
     if env.jit_debug and cached:
         print(f"[deep_gemm] cache hit {cache.entry_dir(source.name, key)}", file=sys.stderr)
     return cubin, cached, seconds[0]

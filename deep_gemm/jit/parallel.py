@@ -9,23 +9,28 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from typing import List, Sequence
 
 from ..envs import read_env
 from .cache import KernelCache, cache_key
 from .codegen import KernelSource
 from .compiler import get_compiler
+from . import counters
 
 _WORKER = r"""
 import json, os, sys, types
 pkg = types.ModuleType("deep_gemm")
 pkg.__path__ = [sys.argv[1]]
 sys.modules["deep_gemm"] = pkg
-from deep_gemm.jit import build
+from deep_gemm.jit import build, stats
 from deep_gemm.jit.codegen import KernelSource
 work = json.load(sys.stdin)
-for item in work["sources"]:
-    build(KernelSource.from_json(item), work["arch"])
+try:
+    for item in work["sources"]:
+        build(KernelSource.from_json(item), work["arch"])
+finally:
+    print(json.dumps(stats()))  # the parent adds these to its own counters
 """
 
 
@@ -55,13 +60,20 @@ def build_many(sources: Sequence[KernelSource], arch: str, jobs: int = 0) -> int
     for i in range(jobs):
         chunk = todo[i::jobs]
         work = dict(arch=arch, sources=[s.to_json() for s in chunk])
+        errors = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty worker cannot block on it
         proc = subprocess.Popen([sys.executable, "-c", _WORKER, package_dir], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=errors, text=True)
         proc.stdin.write(json.dumps(work))
         proc.stdin.close()
-        procs.append(proc)
-    for proc in procs:
-        err = proc.stderr.read()
+        procs.append((proc, errors))
+    for proc, errors in procs:
+        report = proc.stdout.read().strip().splitlines()
+        try:
+            counters.add(json.loads(report[-1]))
+        except (ValueError, IndexError):
+            pass  # a worker that died early reports nothing; the caller builds what it missed
         if proc.wait() != 0 and read_env().jit_debug:
-            print(f"[deep_gemm] a precompile worker failed:\n{err}", file=sys.stderr)
+            errors.seek(0)
+            print(f"[deep_gemm] a precompile worker failed:\n{errors.read()}", file=sys.stderr)
+        errors.close()
     return len(todo)

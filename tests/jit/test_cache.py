@@ -430,11 +430,16 @@ def test_build_many_fills_the_cache_in_parallel(tmp_path, monkeypatch):
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
     sources = [kernel_source(256, 128, c) for c in sm90_kernel_variants(256, 128, 132)[:2]]
     assert len(missing(sources, ARCH)) == 2
+    before = jit.stats()
     assert build_many(sources, ARCH, jobs=2) == 2
     assert missing(sources, ARCH) == []
     assert build_many(sources, ARCH, jobs=2) == 0
     for s in sources:
         assert jit.build(s, ARCH)[1], "expected a disk-cache hit"
+    # The workers' compiles are counted in this process (multi-process tests compare compiles with entries).
+    after = jit.stats()
+    assert after["compiled"] - before["compiled"] == 2
+    assert after["disk_hits"] - before["disk_hits"] == 2
 
 
 def test_nvrtc_identity_is_remembered_per_installation(tmp_path, monkeypatch):
