@@ -253,7 +253,7 @@ def bench_wgrad(m, n, k, num_tests):
     ours()
     torch.backends.cuda.matmul.allow_tf32 = False
     diff = calc_diff(out - initial, dequant_per_token(a8, sa) @ dequant_per_token(b8, sb).t())
-    t = bench_kineto(ours, "fp8_wgrad_1d1d", num_tests=num_tests)
+    t = bench_kineto(ours, "fp8_wgrad_gemm", num_tests=num_tests)
     row = dict(kind="wgrad", m=m, n=n, k=k, us=t * 1e6, tflops=2 * m * n * k / t / 1e12,
                gbps=(m * k + n * k + 8 * m * n) / t / 1e9, diff=diff, cublas_tflops=None,
                dg_tflops=DG_WGRAD.get((m, n, k)))
@@ -289,7 +289,7 @@ def bench_k_grouped(num_groups, m, n, base, num_tests, spread=128):
     (a8, _, sa), (b8, _, sb) = parts[-1]
     diff = calc_diff(out[-1] - initial[-1], dequant_per_token(a8, sa) @ dequant_per_token(b8, sb).t())
     flops = 2 * m * n * sum(ks)
-    t = bench_kineto(ours, "fp8_wgrad_1d1d", num_tests=num_tests)
+    t = bench_kineto(ours, "fp8_wgrad_gemm", num_tests=num_tests)
     # End-to-end time per call (host launch included, no flush), one launch vs a Python loop of dense launches.
     wall = {name: _wall_time(fn) for name, fn in (("one_launch", ours), ("per_group_loop", per_group_loop))}
     return dict(kind="k_grouped", groups=num_groups, m=m, n=n, k=base, ks=ks, us=t * 1e6, tflops=flops / t / 1e12,

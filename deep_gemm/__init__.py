@@ -1,17 +1,27 @@
-"""deep_gemm: JIT-compiled FP8 GEMM kernels for NVIDIA Hopper, DeepGEMM-compatible API."""
-from . import jit, testing
-from .ops import (gemm_fp8_fp8_bf16_nt, get_m_alignment_for_contiguous_layout, get_mk_alignment_for_contiguous_layout,
-                  k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
-                  m_grouped_gemm_fp8_fp8_bf16_nt_masked, wgrad_gemm_fp8_fp8_fp32_nt)
+"""deep_gemm: JIT-compiled FP8 GEMM kernels for NVIDIA Hopper, with DeepGEMM's API: its May-2025 names
+(`gemm_fp8_fp8_bf16_nt`, ...) and its v2 names (`fp8_gemm_nt`, `m_grouped_fp8_gemm_nt_contiguous`, ...), both served
+by the same ops."""
+from . import jit, testing, utils
+from .ops import (gemm_fp8_fp8_bf16_nt, get_m_alignment_for_contiguous_layout, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
+                  m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked,
+                  wgrad_gemm_fp8_fp8_fp32_nt)
+from .ops import v2 as _v2
+from .ops.v2 import *  # noqa: F401,F403  (DeepGEMM v2 GEMM names)
 from .runtime import get_launch_path
-from .testing import bench, bench_kineto, calc_diff, per_block_cast_to_fp8, per_token_cast_to_fp8
-from .utils import (ceil_div, get_col_major_tma_aligned_tensor, get_num_sms, get_tma_aligned_size, reset_num_sms,
-                    set_num_sms)
+from .testing import bench, bench_kineto, calc_diff
+from .utils import *  # noqa: F401,F403  (as DeepGEMM: the layout and cast helpers at the top level too)
+from .utils import (ceil_div, get_col_major_tma_aligned_tensor, get_mk_alignment_for_contiguous_layout, get_num_sms,
+                    get_tma_aligned_size, per_block_cast_to_fp8, per_token_cast_to_fp8, reset_num_sms, set_num_sms,
+                    transform_sf_into_required_layout)
 
 __version__ = "0.1.0"
 
+# The GEMMs (May-2025 names first, then v2's) and the helpers users call.
 __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
-           "wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt",
-           "get_m_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor", "set_num_sms", "get_num_sms", "reset_num_sms", "ceil_div",
-           "get_tma_aligned_size", "get_launch_path", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "calc_diff", "bench",
-           "bench_kineto", "jit", "testing"]
+           "wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"] + _v2.__all__ + [
+           "get_m_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout",
+           "set_mk_alignment_for_contiguous_layout", "get_theoretical_mk_alignment_for_contiguous_layout",
+           "get_col_major_tma_aligned_tensor", "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
+           "set_num_sms", "get_num_sms", "reset_num_sms", "ceil_div", "align", "get_tma_aligned_size",
+           "get_launch_path", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "calc_diff", "bench", "bench_kineto",
+           "jit", "testing", "utils"]

@@ -28,12 +28,15 @@ __all__ = ["Op", "get_launch_path", "stats", "clear_plans", "forced_config"]
 
 
 class Op(enum.IntEnum):
-    """The public GEMMs, as `_C` numbers them."""
+    """The public kernels (GEMMs and scale-layout transforms), as `_C` numbers them."""
     DENSE = 0
     M_GROUPED_CONTIGUOUS = 1
     M_GROUPED_MASKED = 2
     WGRAD = 3
     K_GROUPED_WGRAD = 4
+    M_GROUPED_PSUM = 5  # the contiguous GEMM with DeepGEMM's psum layout (deep_gemm.m_grouped_fp8_gemm_nt_contiguous)
+    PACK_UE8M0 = 6            # deep_gemm.utils.get_mn_major_tma_aligned_packed_ue8m0_tensor
+    PACK_UE8M0_K_GROUPED = 7  # deep_gemm.utils.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor
 
 
 # How `_C` reads each op's arguments (csrc/launch.cpp ArgKind): a (tensor, scales) pair, a tensor, a host int
@@ -45,6 +48,9 @@ _SIGNATURES = {
     Op.M_GROUPED_MASKED: (_PAIR, _PAIR, _TENSOR, _TENSOR, _INT),
     Op.WGRAD: (_PAIR, _PAIR, _TENSOR),
     Op.K_GROUPED_WGRAD: (_PAIR, _PAIR, _TENSOR, _INT_LIST),
+    Op.M_GROUPED_PSUM: (_PAIR, _PAIR, _TENSOR, _TENSOR, _INT, _INT),
+    Op.PACK_UE8M0: (_TENSOR, _TENSOR),
+    Op.PACK_UE8M0_K_GROUPED: (_TENSOR, _TENSOR, _TENSOR, _INT_LIST, _INT),
 }
 
 _normalisers: Dict[Op, Callable] = {}
@@ -53,13 +59,16 @@ _MAX_LAYOUTS = 4096
 
 
 def _register_families() -> None:
-    from .launchers import sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
+    from .launchers import sf_layout, sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
     _normalisers.update({
         Op.DENSE: gemm_1d2d.normalise_dense,
         Op.M_GROUPED_CONTIGUOUS: gemm_1d2d.normalise_contiguous,
         Op.M_GROUPED_MASKED: gemm_1d2d.normalise_masked,
         Op.WGRAD: wgrad_1d1d.normalise_wgrad,
         Op.K_GROUPED_WGRAD: wgrad_1d1d.normalise_k_grouped,
+        Op.M_GROUPED_PSUM: gemm_1d2d.normalise_psum,
+        Op.PACK_UE8M0: sf_layout.normalise_pack,
+        Op.PACK_UE8M0_K_GROUPED: sf_layout.normalise_pack_k_grouped,
     })
 
 
@@ -99,9 +108,10 @@ def clear_plans() -> None:
     """Forget every validated layout and cached plan (the next call of each layout validates again)."""
     _layouts.clear()
     _C.clear()
-    from .launchers import sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
+    from .launchers import sf_layout, sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
     gemm_1d2d.clear_kernels()
     wgrad_1d1d.clear_kernels()
+    sf_layout.clear_kernels()
 
 
 @contextlib.contextmanager

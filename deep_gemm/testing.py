@@ -1,47 +1,18 @@
-"""Helpers for users' own tests and benchmarks: FP8 casts, dequantisation, calc_diff, timers."""
+"""Helpers for users' own tests and benchmarks (DeepGEMM's `deep_gemm.testing` names): FP8 casts, dequantisation,
+calc_diff, count_bytes, timers, test decorators."""
+import contextlib
+import functools
+import os
+import sys
 from typing import Callable, Iterable, Optional, Tuple, Union
 
 import torch
 
-from .heuristics.common import ceil_div
+from .utils.math import FP8_MAX, per_block_cast_to_fp8, per_channel_cast_to_fp8, per_token_cast_to_fp8  # noqa: F401
 
-FP8_MAX = 448.0
-
-__all__ = ["per_token_cast_to_fp8", "per_block_cast_to_fp8", "dequant_per_token", "dequant_per_block", "calc_diff",
-           "bench", "bench_kineto"]
-
-
-def _pad_last(x: torch.Tensor, multiple: int) -> torch.Tensor:
-    pad = (-x.shape[-1]) % multiple
-    return torch.nn.functional.pad(x, (0, pad)) if pad else x
-
-
-def per_token_cast_to_fp8(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """[m, k] -> (e4m3 [m, k], float32 scales [m, ceil(k/128)]); scales multiply: x ~= fp8 * scale."""
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
-    m, k = x.shape
-    xp = _pad_last(x.float(), 128)
-    xp = xp.view(m, xp.shape[1] // 128, 128)
-    amax = xp.abs().amax(dim=2, keepdim=True).clamp(min=1e-4)
-    scale = amax / FP8_MAX
-    fp8 = (xp / scale).to(torch.float8_e4m3fn).view(m, xp.shape[1] * 128)[:, :k].contiguous()
-    return fp8, scale.squeeze(2).contiguous()
-
-
-def per_block_cast_to_fp8(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """[n, k] -> (e4m3 [n, k], float32 scales [ceil(n/128), ceil(k/128)]), one scale per 128x128 block."""
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
-    n, k = x.shape
-    pn, pk = ceil_div(n, 128) * 128, ceil_div(k, 128) * 128
-    xp = torch.zeros((pn, pk), dtype=torch.float32, device=x.device)
-    xp[:n, :k] = x.float()
-    blocks = xp.view(pn // 128, 128, pk // 128, 128)
-    amax = blocks.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-4)
-    scale = amax / FP8_MAX
-    fp8 = (blocks / scale).to(torch.float8_e4m3fn).view(pn, pk)[:n, :k].contiguous()
-    return fp8, scale.view(pn // 128, pk // 128).contiguous()
+__all__ = ["per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "dequant_per_token",
+           "dequant_per_block", "calc_diff", "count_bytes", "bench", "bench_kineto", "get_arch_major", "test_filter",
+           "ignore_env", "assert_bitwise_equal"]
 
 
 def dequant_per_token(x: torch.Tensor, scale: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -80,26 +51,59 @@ def bench(fn: Callable[[], object], num_warmups: int = 5, num_tests: int = 30, f
     return sum(s.elapsed_time(e) for s, e in zip(starts, ends)) / num_tests / 1e3
 
 
-def bench_kineto(fn: Callable[[], object], kernel_names: Optional[Union[str, Iterable[str]]] = None,
-                 num_tests: int = 30, flush_bytes: int = 8 << 30) -> Union[float, Tuple[float, ...]]:
-    """Mean device seconds per call from the torch profiler (kineto).
+@contextlib.contextmanager
+def _silenced(active: bool):
+    """Redirect this process's stdout / stderr file descriptors to /dev/null inside the block (kineto's own prints
+    come from C++, so sys.stdout alone is not enough)."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1), os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
 
-    `kernel_names`: a substring (or several) selecting kernels; None = every kernel `fn` launched. Each call is
-    preceded by a `flush_bytes` memset that flushes L2 and lets the GPU cool a little (ANCHORS.md's method); the
-    memset itself is not counted.
+
+def bench_kineto(fn: Callable[[], object], kernel_names: Optional[Union[str, Iterable[str]]] = None,
+                 num_tests: int = 30, suppress_kineto_output: bool = False, trace_path: Optional[str] = None,
+                 flush_l2: bool = True, with_multiple_kernels: bool = False, barrier: Optional[Callable] = None,
+                 flush_bytes: int = 8 << 30) -> Union[float, Tuple[float, ...]]:
+    """Mean device seconds per call from the torch profiler (kineto), with DeepGEMM's signature.
+
+    `kernel_names`: a substring, or a tuple of them, selecting kernels (a tuple gives a tuple of times); None =
+    every kernel `fn` launched. A name no kernel matches gives 0 (as DeepGEMM). Unless `with_multiple_kernels`, a
+    name matching two distinct kernels is an AssertionError. The time is the sum of the matching kernels per call
+    (DeepGEMM divides by the kernels' occurrences instead: the same when a call launches one matching kernel).
+    With `flush_l2`, each call is preceded by a `flush_bytes` memset that flushes L2 and lets the GPU cool a little
+    (ANCHORS.md's method), not counted. `barrier`: called before each call (multi-process benchmarks).
+    `trace_path`: also write a Chrome trace there. `suppress_kineto_output`: silence the profiler's prints.
+    With DG_USE_NVIDIA_TOOLS=1 (under compute-sanitizer / Nsight) nothing is profiled and 1 is returned per name.
     """
     single = isinstance(kernel_names, str) or kernel_names is None
     names = (kernel_names,) if single else tuple(kernel_names)
-    flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    if int(os.environ.get("DG_USE_NVIDIA_TOOLS", "0") or 0):
+        return 1 if single else (1,) * len(names)
+    flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
     fn()  # warm up: compilation, caches, handles
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(num_tests):
-            flush.zero_()
-            fn()
-        torch.cuda.synchronize()
+    with _silenced(suppress_kineto_output):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(num_tests):
+                if flush is not None:
+                    flush.zero_()
+                if barrier is not None:
+                    barrier()
+                fn()
+            torch.cuda.synchronize()
+    if trace_path is not None:
+        prof.export_chrome_trace(trace_path)
     totals = [0.0 for _ in names]
-    found = [False for _ in names]
+    matched = [set() for _ in names]
     for evt in prof.key_averages():
         # NOTES: only device-side kernel records; the CPU launch records carry the same time as "device time".
         if getattr(evt, "device_type", None) != torch.autograd.DeviceType.CUDA:
@@ -114,12 +118,74 @@ def bench_kineto(fn: Callable[[], object], kernel_names: Optional[Union[str, Ite
         for i, n in enumerate(names):
             if (n is None and not is_flush) or (n is not None and n in key):
                 totals[i] += t
-                found[i] = True
-    for n, f in zip(names, found):
-        if not f:
-            raise RuntimeError(f"no kernel matching {n!r} was profiled")
+                matched[i].add(key)
+    if not with_multiple_kernels:
+        for n, keys in zip(names, matched):
+            assert n is None or len(keys) <= 1, f"{len(keys)} kernels match {n!r}: {sorted(keys)}"
     result = tuple(t / 1e6 / num_tests for t in totals)
     return result[0] if single else result
+
+
+def count_bytes(*tensors) -> int:
+    """Bytes of the given tensors (tuples and lists are walked; None counts 0)."""
+    total = 0
+    for t in tensors:
+        if isinstance(t, (tuple, list)):
+            total += count_bytes(*t)
+        elif t is not None:
+            total += t.numel() * t.element_size()
+    return total
+
+
+def get_arch_major() -> int:
+    """Compute capability major of the current CUDA device (9 on Hopper)."""
+    return torch.cuda.get_device_capability()[0]
+
+
+def test_filter(condition: Callable[[], bool]):
+    """Decorator: run the test only when `condition()` holds, else print that it was filtered (DeepGEMM's tests)."""
+    def decorator(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            if condition():
+                return func(*args, **kwargs)
+            print(f"{func.__name__}:\n > Filtered by {condition}\n")
+        return wrapper
+    return decorator
+
+
+def ignore_env(name: str, condition: Callable[[], bool]):
+    """Decorator: while the function runs and `condition()` holds, environment variable `name` is unset (restored
+    afterwards, also on an exception)."""
+    def decorator(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            if not condition():
+                return func(*args, **kwargs)
+            saved = os.environ.pop(name, None)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                if saved is not None:
+                    os.environ[name] = saved
+        return wrapper
+    return decorator
+
+
+def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor, label: str = "") -> None:
+    """Raise AssertionError unless x and y have the same shape, dtype and bytes; the message locates the first
+    differing element."""
+    assert x.shape == y.shape, f"shapes differ{f' ({label})' if label else ''}: {tuple(x.shape)} vs {tuple(y.shape)}"
+    assert x.dtype == y.dtype, f"dtypes differ{f' ({label})' if label else ''}: {x.dtype} vs {y.dtype}"
+    xb, yb = x.contiguous().view(torch.uint8).flatten(), y.contiguous().view(torch.uint8).flatten()
+    if torch.equal(xb, yb):
+        return
+    first = int((xb != yb).nonzero()[0].item())
+    element = first // x.element_size()
+    coord = tuple(int(c) for c in torch.unravel_index(torch.tensor(element), tuple(x.shape)))
+    raise AssertionError(f"bitwise mismatch{f' ({label})' if label else ''}: {int((xb != yb).sum())} of {xb.numel()} "
+                         f"bytes differ; first at element {coord}: {x.flatten()[element].item()} vs "
+                         f"{y.flatten()[element].item()}")
 
 
 # Test and tuning hooks (documented in the README, "Test hooks"): behaviour is selected only through these.

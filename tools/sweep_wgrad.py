@@ -60,7 +60,7 @@ def main():
                 fn()  # builds the plan of the forced config
                 torch.cuda.synchronize()
                 diff = calc_diff(out[-1], ref)
-                t = bench_kineto(fn, "fp8_wgrad_1d1d", num_tests=10)
+                t = bench_kineto(fn, "fp8_wgrad_gemm", num_tests=10)
             print(f"  {cfg.block_m}x{cfg.block_n} st={cfg.num_stages} mc={cfg.num_multicast}"
                   f"{'A' if cfg.multicast_on_a else 'B'} grid={cfg.num_sms}: {t * 1e6:8.1f} us "
                   f"{2 * m * n * k * groups / t / 1e12:6.0f} TFLOPS diff={diff:.1e}", flush=True)

@@ -3,7 +3,7 @@ import functools
 import math
 from typing import Optional, Tuple
 
-from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, align, ceil_div,
+from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, align, ceil_div, walks_groups,
                      last_wave_util, min_sms_for_waves, num_waves)
 
 SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
@@ -96,11 +96,11 @@ def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -
     # NOTES: on the H200 multicast only paid off on large problems (+1-3% at 4096x7168x16384 and 8192^3; -1 to
     # -3% at 4096x2112x7168 and 4096x7168x2048): it cuts L2 traffic, which is not the limit for smaller ones.
     # Grouped problems are judged by their total rows.
-    total_m = problem.m * (problem.num_groups if problem.kernel_type == KernelType.M_GROUPED_MASKED else 1)
+    total_m = problem.m * (problem.num_groups if walks_groups(problem.kernel_type) else 1)
     legal_a = ceil_div(problem.n, block_n) % 2 == 0   # pairs share an M block: N blocks come in pairs
     # Pairs that share an N block (multicast of B): M blocks come in pairs. A contiguous pair whose two blocks
     # belong to two experts loads B per CTA (checked on the device); a masked pair could straddle two groups.
-    legal_b = problem.kernel_type != KernelType.M_GROUPED_MASKED and ceil_div(problem.m, block_m) % 2 == 0
+    legal_b = not walks_groups(problem.kernel_type) and ceil_div(problem.m, block_m) % 2 == 0
     # NOTES: contiguous grouped GEMMs gain from B multicast at every bench size (H200, 128x192: +1.3% at n x k =
     # 4096 x 7168, +2.8-3.1% at 7168 x 2048, where A multicast or none lost), the dense GEMM does not at k < 4096.
     contiguous_b = problem.kernel_type == KernelType.M_GROUPED_CONTIGUOUS and block_m < block_n and legal_b
@@ -245,7 +245,7 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
 
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
                groups: int = 1) -> GemmConfig:
-    masked = kind == KernelType.M_GROUPED_MASKED
+    masked = walks_groups(kind)
     bm, bn, _ = _pick_masked_blocks(m, n, k, sms, groups) if masked else _pick_blocks(m, n, k, sms, kind)
     num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)
     return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
@@ -285,7 +285,7 @@ def sm90_kernel_variants(n: int, k: int, num_sms: int,
 def get_sm90_config(problem: GemmProblem) -> GemmConfig:
     m, n, k, sms, kind = problem.m, problem.n, problem.k, problem.num_sms, problem.kernel_type
     config = _heuristic(m, n, k, sms, kind, problem.num_groups)
-    if m <= VARIANT_M_CAP or kind == KernelType.M_GROUPED_MASKED:
+    if m <= VARIANT_M_CAP or walks_groups(kind):
         return config
     variants = sm90_kernel_variants(n, k, sms, kind)
     if kernel_key(config) in {kernel_key(v) for v in variants}:

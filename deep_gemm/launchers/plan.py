@@ -47,6 +47,10 @@ class ParamBuffer:
         offset = self._append(4, 4)
         struct.pack_into("<I", self._data, offset, value)
 
+    def u64(self, value: int) -> None:
+        offset = self._append(8, 8)
+        struct.pack_into("<Q", self._data, offset, value)
+
     def blob(self, size: int) -> int:
         """A by-value struct parameter of `size` bytes (filled through `write_u32` / `add_map_at`); its offset."""
         return self._append(size, _MAP_ALIGN)

@@ -10,7 +10,7 @@ import torch
 from .. import _C, jit
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, KernelType, get_config
-from ..heuristics.common import ceil_div, get_forced_config
+from ..heuristics.common import ceil_div, get_forced_config, walks_groups
 from ..heuristics.sm90 import sm90_kernel_variants
 from ..jit.runtime import ensure_context
 from ..ops import checks
@@ -24,17 +24,22 @@ _GEMM_TYPES = {
     KernelType.NORMAL: jit.CppName("deep_gemm::GemmType::Normal"),
     KernelType.M_GROUPED_CONTIGUOUS: jit.CppName("deep_gemm::GemmType::MGroupedContiguous"),
     KernelType.M_GROUPED_MASKED: jit.CppName("deep_gemm::GemmType::MGroupedMasked"),
+    KernelType.M_GROUPED_PSUM: jit.CppName("deep_gemm::GemmType::MGroupedPsum"),
 }
 _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm90_fp8_gemm_1d2d_contiguous",
-          KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked"}
+          KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked", KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum"}
 
 
-def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL) -> jit.KernelSource:
-    """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments."""
+def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL,
+                  psum_alignment: int = 0) -> jit.KernelSource:
+    """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments.
+    `psum_alignment`: the psum layout's row alignment of the experts' starts (that kind only)."""
+    if (kind == KernelType.M_GROUPED_PSUM) != (psum_alignment > 0):
+        raise ValueError(f"psum_alignment must be > 0 exactly for the psum layout, got {psum_alignment} for {kind}")
     named = dict(kGemmType=_GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
-                 kSmemSize=config.smem_size)
+                 kSmemSize=config.smem_size, kPsumAlignment=psum_alignment)
     return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, config=named)
 
 
@@ -61,33 +66,35 @@ def precompile_variants(n: int, k: int, num_sms: int, arch: str, kind: KernelTyp
 
 
 def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, kind: KernelType,
-            num_groups: int) -> _Kernel:
-    """The configured, loaded kernel; m: rows (dense, contiguous) or expected rows per group (masked)."""
+            num_groups: int, psum_alignment: int = 0) -> _Kernel:
+    """The configured, loaded kernel; m: rows (dense, contiguous) or expected rows per group (masked, psum)."""
     forced = get_forced_config()
-    key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups)
+    key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups, psum_alignment)
     kernel = _kernels.get(key)
     if kernel is None:
         config = forced or get_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
         env = read_env()
         if env.print_configs:
             print(f"[deep_gemm] {kind.value} m={m} n={n} k={k} groups={num_groups}: {config}", file=sys.stderr)
-        if env.jit_precompile and forced is None and kind != KernelType.M_GROUPED_MASKED \
+        if env.jit_precompile and forced is None and not walks_groups(kind) \
                 and (n, k, num_sms, arch, kind) not in _seen_nk:
             _seen_nk.add((n, k, num_sms, arch, kind))
             precompile_variants(n, k, num_sms, arch, kind)
         ensure_context(device_index)
-        loaded = jit.load(kernel_source(n, k, config, kind), arch, config.num_threads, config.smem_size)
+        loaded = jit.load(kernel_source(n, k, config, kind, psum_alignment), arch, config.num_threads,
+                          config.smem_size)
         kernel = _kernels[key] = _Kernel(config, loaded.function(device_index))
     return kernel
 
 
-def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0):
+def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0, psum_alignment: int = 0):
     """The `_C` plan of one layout, from kernel-ready tensors (A, SA, B, SB, out[, index]) with m, n, k > 0:
     SA MN-major and TMA-aligned, SB contiguous, A / B / out TMA operands, out n % 8 == 0.
 
     Dense: A [m, k], SA [m, kb], B [n, k], SB [ceil(n/128), kb], out [m, n].
     Contiguous: A [M, k], SA [M, kb], B [G, n, k], SB [G, ceil(n/128), kb], out [M, n], index m_indices [M].
-    Masked: A [G, m_max, k], SA [G, m_max, kb], B / SB as above, out [G, m_max, n], index masked_m [G]."""
+    Masked: A [G, m_max, k], SA [G, m_max, kb], B / SB as above, out [G, m_max, n], index masked_m [G].
+    Psum: as contiguous, index = the running row counts [G]; expected_m = expected rows per group."""
     a, sa, b, sb, out = tensors[:5]
     k = a.shape[-1]
     kb = ceil_div(k, 128)
@@ -104,9 +111,11 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
         a2, out2 = a, out
         sa_inner, sa_outer, sa_stride = rows, kb, sa.stride(1) if kb > 1 else get_tma_aligned_size(rows, 4)
         heuristic_m = shape_m = rows
+        if kind == KernelType.M_GROUPED_PSUM:
+            heuristic_m = expected_m
     b2 = b.view(num_groups * n, k)
     device_index = a.device.index
-    kernel = _kernel(heuristic_m, n, k, num_sms, device_index, arch, kind, num_groups)
+    kernel = _kernel(heuristic_m, n, k, num_sms, device_index, arch, kind, num_groups, psum_alignment)
     cfg = kernel.config
     out_row_stride = checks.tma_row_stride(out2)
     params = ParamBuffer()
@@ -156,9 +165,10 @@ class GemmLayout:
     expected_m: int
     num_sms: int
     arch: str
+    psum_alignment: int = 0      # psum layout: row alignment of the experts' starts
     plans: dict = field(default_factory=dict)
 
-    def run(self, lhs, rhs, out, index=None, expected_m=None):
+    def run(self, lhs, rhs, out, index=None, *host_ints):
         """The per-call part: pointer checks, then nothing, zeroing or the launch. Returns the plan when the call
         needed no conversion (so `_C` can launch later calls of this layout by itself), else None."""
         a, sa = lhs
@@ -170,7 +180,7 @@ class GemmLayout:
         if self.action == "launch" and (ptrs[0] | ptrs[2] | (0 if self.ragged_n else ptrs[4])) & 15:
             for i in (0, 2) + (() if self.ragged_n else (4,)):
                 checks.check_tma_matrix(checks.rows_view(tensors[i], _NAMES_1D2D[i]), _NAMES_1D2D[i])
-        names = _NAMES_1D2D + ("masked_m" if self.kind == KernelType.M_GROUPED_MASKED else "m_indices",)
+        names = _NAMES_1D2D + (_INDEX_NAMES[self.kind],)
         checks.check_no_overlap_ptrs("out", ptrs[4], self.extents[4],
                                      [(names[i], ptrs[i], self.extents[i]) for i in range(len(tensors)) if i != 4])
         if self.action == "zero":
@@ -197,15 +207,20 @@ class GemmLayout:
         geometry = checks.tensor_geometry(tensors)
         plan = self.plans.get(geometry)
         if plan is None:
-            plan = self.plans[geometry] = build_plan(self.kind, tensors, self.num_sms, self.arch, self.expected_m)
+            plan = self.plans[geometry] = build_plan(self.kind, tensors, self.num_sms, self.arch, self.expected_m,
+                                                     self.psum_alignment)
         _C.launch(plan, tuple(t.data_ptr() for t in tensors))
         return plan
 
 
-def _layout(kind, action, device, sa, sb, named, ragged_n=False, expected_m=0) -> GemmLayout:
+_INDEX_NAMES = {KernelType.M_GROUPED_CONTIGUOUS: "m_indices", KernelType.M_GROUPED_MASKED: "masked_m",
+                KernelType.M_GROUPED_PSUM: "grouped_layout"}
+
+
+def _layout(kind, action, device, sa, sb, named, ragged_n=False, expected_m=0, psum_alignment=0) -> GemmLayout:
     return GemmLayout(kind, action, device, ragged_n, checks.is_col_major_tma_aligned(sa), sb.is_contiguous(),
                       tuple(checks.extent_bytes(t) for _, t in named), expected_m, get_num_sms(device.index),
-                      get_device_arch(device.index))
+                      get_device_arch(device.index), psum_alignment)
 
 
 def normalise_dense(lhs, rhs, out) -> GemmLayout:
@@ -322,3 +337,43 @@ def normalise_masked(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     _check_operand(b, "rhs[0] (B)")
     can_implement(device, "m_grouped_gemm_fp8_fp8_bf16_nt_masked")
     return _layout(kind, "launch", device, sa, sb, named, expected_m=hint)
+
+
+def normalise_psum(lhs, rhs, out, grouped_layout, expected_m, alignment) -> GemmLayout:
+    """Every layout check of the contiguous GEMM with DeepGEMM's psum layout (`m_grouped_fp8_gemm_nt_contiguous(...,
+    use_psum_layout=True)`): grouped_layout [G] int32 holds the running row count at the end of each expert; expert
+    g's rows are [align(grouped_layout[g - 1], alignment), grouped_layout[g]). expected_m: expected rows per
+    expert (0: the average over M), only for the configuration choice."""
+    a, sa = checks.unpack_pair(lhs, "lhs")
+    checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
+    checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 2)
+    m, k = a.shape
+    b, sb, num_groups, n = _check_grouped_rhs(rhs, k)
+    checks.check_tensor(out, "out", torch.bfloat16, 2)
+    checks.check_shape(out, "out", (m, n), "M x n")
+    checks.check_shape(sa, "lhs[1] (SA)", (m, ceil_div(k, 128)), "M x ceil(k/128)")
+    checks.check_index_tensor(grouped_layout, "grouped_layout", (num_groups,), "G (psum layout)")
+    for name, value in (("expected_m_for_psum_layout", expected_m), ("the mk alignment", alignment)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if expected_m < 0:
+        raise ValueError(f"expected_m_for_psum_layout must be >= 0, got {expected_m}")
+    if alignment <= 0:
+        raise ValueError(f"the mk alignment for the contiguous layout must be > 0, got {alignment}")
+    if num_groups == 0 or k == 0:
+        raise ValueError(f"the psum layout needs G > 0 and k > 0 (as DeepGEMM), got G={num_groups}, k={k}")
+    named = list(zip(_NAMES_1D2D + ("grouped_layout",), (a, sa, b, sb, out, grouped_layout)))
+    device = checks.check_same_cuda_device(named)
+    kind = KernelType.M_GROUPED_PSUM
+    hint = min(max(int(expected_m) or ceil_div(m, num_groups), 1), max(m, 1))
+    if m == 0 or n == 0:
+        return _layout(kind, "none", device, sa, sb, named, expected_m=hint, psum_alignment=alignment)
+    if n % 8 != 0:
+        raise ValueError(f"rhs[0] (B): the psum layout needs n % 8 == 0 (got n={n}); pad B's rows to a multiple "
+                         f"of 8 and slice the output")
+    _check_operand(out, "out")
+    checks.check_no_overlap(out, "out", named[:4] + named[5:])
+    _check_operand(a, "lhs[0] (A)")
+    _check_operand(b, "rhs[0] (B)")
+    can_implement(device, "m_grouped_fp8_gemm_nt_contiguous (psum layout)")
+    return _layout(kind, "launch", device, sa, sb, named, expected_m=hint, psum_alignment=alignment)

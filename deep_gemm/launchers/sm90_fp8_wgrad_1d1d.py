@@ -19,7 +19,8 @@ from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_s
 from .plan import ParamBuffer, make_plan, noop_plan
 
 HEADER = "deep_gemm/sm90/fp8_wgrad_1d1d.cuh"
-FUNCTION = "deep_gemm::sm90::fp8_wgrad_1d1d_impl"
+# NOTES: DeepGEMM's tests profile kernels by the substrings "fp8_wgrad_gemm" (May 2025) and "gemm_" (v2).
+FUNCTION = "deep_gemm::sm90::fp8_wgrad_gemm_1d1d_impl"
 _TMA_BYTES = 128
 
 

@@ -8,8 +8,8 @@ from typing import Tuple
 
 import torch
 
-from ..heuristics.common import M_ALIGNMENT_CONTIGUOUS
 from ..runtime import Op, call
+from ..utils.layout import get_mk_alignment_for_contiguous_layout
 from . import checks
 
 __all__ = ["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
@@ -19,13 +19,10 @@ _CONTIGUOUS, _MASKED = int(Op.M_GROUPED_CONTIGUOUS), int(Op.M_GROUPED_MASKED)
 
 
 def get_m_alignment_for_contiguous_layout() -> int:
-    """Rows each expert's segment of the contiguous layout is padded to (its start is a multiple of this)."""
-    return M_ALIGNMENT_CONTIGUOUS
-
-
-def get_mk_alignment_for_contiguous_layout() -> int:
-    """DeepGEMM v2 name of `get_m_alignment_for_contiguous_layout`."""
-    return M_ALIGNMENT_CONTIGUOUS
+    """Rows each expert's segment of the contiguous layout is padded to (its start is a multiple of this): 128
+    unless changed with `deep_gemm.set_mk_alignment_for_contiguous_layout` (the v2 name of this getter is
+    `get_mk_alignment_for_contiguous_layout`)."""
+    return get_mk_alignment_for_contiguous_layout()
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Tuple[torch.Tensor, torch.Tensor],
@@ -38,7 +35,7 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs: Tuple[torch.Tensor, torch.Ten
     out [M, n] bfloat16; m_indices [M] int32 on the device: the expert of each row, -1 for padding.
 
     Layout contract (DeepGEMM's, as produced by DeepEP/vLLM/SGLang): the rows of each expert form a segment that
-    starts at a multiple of `get_m_alignment_for_contiguous_layout()` (128) rows; padding rows (-1) follow the
+    starts at a multiple of 128 rows (`get_m_alignment_for_contiguous_layout()`, a multiple of 128); padding rows (-1) follow the
     expert's rows inside its segment. A block of rows takes its expert from its first row.
     Written to out: every row. Rows whose index is -1 (padding), lies outside [0, G), or differs from the expert
     of its block (a broken layout) are written as zeros; no MMA work is spent on blocks whose first row is

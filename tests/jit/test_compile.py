@@ -159,8 +159,10 @@ def _grouped_configs():
     contiguous = get_config(GemmProblem(8 * 4096, 4096, 7168, 132, kernel_type=KernelType.M_GROUPED_CONTIGUOUS,
                                         num_groups=8))
     masked = get_config(GemmProblem(32, 7168, 2048, 132, kernel_type=KernelType.M_GROUPED_MASKED, num_groups=32))
-    return {"contiguous": (KernelType.M_GROUPED_CONTIGUOUS, 4096, 7168, contiguous),
-            "masked": (KernelType.M_GROUPED_MASKED, 7168, 2048, masked)}
+    psum = get_config(GemmProblem(4096, 4096, 7168, 132, kernel_type=KernelType.M_GROUPED_PSUM, num_groups=8))
+    return {"contiguous": (KernelType.M_GROUPED_CONTIGUOUS, 4096, 7168, contiguous, 0),
+            "masked": (KernelType.M_GROUPED_MASKED, 7168, 2048, masked, 0),
+            "psum": (KernelType.M_GROUPED_PSUM, 4096, 7168, psum, 128)}
 
 
 GROUPED = _grouped_configs()
@@ -168,18 +170,42 @@ GROUPED = _grouped_configs()
 
 @pytest.mark.parametrize("name", sorted(GROUPED))
 def test_grouped_kernels_compile(name):
-    kind, n, k, config = GROUPED[name]
-    source = kernel_source(n, k, config, kind)
+    kind, n, k, config, psum_alignment = GROUPED[name]
+    source = kernel_source(n, k, config, kind, psum_alignment)
     assert "GemmType::MGrouped" in source.code()
     result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True)
     check_cubin(result.cubin)
     check_ptx(result.ptx, config)
-    # The masked epilogue's row-bounded copy for partial blocks (plain 16-byte global stores).
-    assert ("st.global.v4.b32" in result.ptx) == (name == "masked")
+    # The epilogue's row-bounded copy for a group's partial last block (plain 16-byte global stores): the
+    # group-walking layouts only.
+    assert ("st.global.v4.b32" in result.ptx) == (name in ("masked", "psum"))
+
+
+def test_psum_alignment_is_given_exactly_for_the_psum_layout():
+    kind, n, k, config, _ = GROUPED["psum"]
+    with pytest.raises(ValueError, match="psum_alignment"):
+        kernel_source(n, k, config, kind, 0)
+    with pytest.raises(ValueError, match="psum_alignment"):
+        kernel_source(n, k, config, GROUPED["masked"][0], 128)
+
+
+def test_psum_layout_multicasts_only_a():
+    """A pair of CTAs must share its M block, hence its expert: the heuristic never multicasts B for psum."""
+    from deep_gemm.heuristics import KernelType
+    for m in (16, 200, 1024, 8192):
+        c = get_config(GemmProblem(m, 4096, 7168, 132, kernel_type=KernelType.M_GROUPED_PSUM, num_groups=8))
+        assert c.num_multicast == 1 or c.multicast_on_a, (m, c)
+
+
+def test_scale_pack_kernel_compiles():
+    from deep_gemm.launchers import sf_layout
+    result = NVRTCCompiler().compile(sf_layout.kernel_source().code(), ARCH)
+    assert result.cubin[:4] == b"\x7fELF"
+    assert b"pack_fp32_into_ue8m0" in result.cubin  # the name DeepGEMM's layout test profiles
 
 
 def test_contiguous_rejects_256_row_tiles_at_compile_time():
-    kind, n, k, config = GROUPED["contiguous"]
+    kind, n, k, config, _ = GROUPED["contiguous"]
     wide = hand_config(4096, n, k, 256, 128, 1, True)
     with pytest.raises(CompileError, match="128-row expert segments"):
         NVRTCCompiler().compile(kernel_source(n, k, wide, kind).code(), ARCH)

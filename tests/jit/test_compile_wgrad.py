@@ -31,7 +31,7 @@ def built(request):
 def test_wgrad_cubin_and_ptx(built):
     config, capacity, result = built
     assert result.cubin[:4] == b"\x7fELF"
-    assert b"fp8_wgrad_1d1d_impl" in result.cubin
+    assert b"fp8_wgrad_gemm_1d1d_impl" in result.cubin
     ptx = result.ptx
     assert f"wgmma.mma_async.sync.aligned.m64n{config.block_n}k32.f32.e4m3.e4m3 " in ptx
     # The epilogue adds into D in L2 instead of storing it.

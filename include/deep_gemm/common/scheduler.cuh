@@ -13,8 +13,18 @@ namespace deep_gemm {
 //                        masked_m [num_groups], the rows of each group that are computed.
 //  - KGrouped          : num_groups independent [shape_m, SHAPE_N] outputs of the same shape (weight gradients of
 //                        MoE experts, each with its own K); tiles are numbered group after group.
-// B is [num_groups * SHAPE_N, K] for both M-grouped types.
-enum class GemmType : uint32_t { Normal = 0, MGroupedContiguous = 1, MGroupedMasked = 2, KGrouped = 3 };
+//  - MGroupedPsum      : experts' rows stacked in A/D [shape_m, *] as DeepGEMM's "psum layout": `grouped_layout`
+//                        = the running row count [num_groups] (end of each expert's rows); expert g's rows start
+//                        at align(end of g - 1, kRowAlignment). Walked expert by expert like the masked type.
+// B is [num_groups * SHAPE_N, K] for all M-grouped types.
+enum class GemmType : uint32_t {
+    Normal = 0, MGroupedContiguous = 1, MGroupedMasked = 2, KGrouped = 3, MGroupedPsum = 4
+};
+
+// The types whose tiles are found by walking the groups one after another.
+__host__ __device__ constexpr bool walks_groups(GemmType type) {
+    return type == GemmType::MGroupedMasked or type == GemmType::MGroupedPsum;
+}
 
 // One output tile, as the producer and the math warpgroups see it.
 struct Tile {
@@ -40,12 +50,12 @@ struct Tile {
 // dimension's block count is even; the host only picks multicast when that holds. Every expert of a masked or
 // k-grouped launch then has an even tile count, so pairs never straddle experts either.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
-          uint32_t kGroupSize = 16>
+          uint32_t kRowAlignment = 1, uint32_t kGroupSize = 16>
 struct TileScheduler {
     DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
-    DG_STATIC_ASSERT(kType == GemmType::Normal or kType == GemmType::KGrouped or
-                     kType == GemmType::MGroupedContiguous or kFastAlongN,
-                     "masked GEMMs multicast only A: the two CTAs of a pair must share one expert");
+    DG_STATIC_ASSERT(not walks_groups(kType) or kFastAlongN,
+                     "masked / psum GEMMs multicast only A: the two CTAs of a pair must share one expert");
+    DG_STATIC_ASSERT(kType != GemmType::MGroupedPsum or kRowAlignment > 0, "psum layout needs its row alignment");
     static constexpr uint32_t kNumNBlocks = ceil_div(SHAPE_N, BLOCK_N);
 
     uint32_t shape_m;
@@ -57,14 +67,17 @@ struct TileScheduler {
     uint32_t num_groups;
     uint32_t group;      // masked: current group
     uint32_t tile_base;  // masked: first tile index of the current group
-    uint32_t group_rows; // masked: computed rows of the current group
+    uint32_t group_rows; // masked, psum: computed rows of the current group
+    uint32_t group_start; // psum: first row of the current group
+    uint32_t group_end;   // psum: one past its last row
 
     __device__ __forceinline__ TileScheduler(const uint32_t shape_m_, const int32_t* grouped_layout_ = nullptr,
                                              const uint32_t num_groups_ = 1)
         : shape_m(shape_m_), next_tile(blockIdx.x), grouped_layout(grouped_layout_), num_groups(num_groups_),
-          group(0), tile_base(0), group_rows(0) {
-        if constexpr (kType == GemmType::MGroupedMasked) {
-            group_rows = num_groups > 0 ? masked_rows(0) : 0;
+          group(0), tile_base(0), group_rows(0), group_start(0), group_end(0) {
+        if constexpr (walks_groups(kType)) {
+            if (num_groups > 0)
+                enter_group(0);
             num_m_blocks = ceil_div(group_rows, BLOCK_M);
         } else {
             num_m_blocks = ceil_div(shape_m, BLOCK_M);
@@ -72,10 +85,23 @@ struct TileScheduler {
         num_tiles = num_m_blocks * kNumNBlocks;
     }
 
-    // Rows of group g that are computed: masked_m[g] clamped to [0, shape_m].
-    __device__ __forceinline__ uint32_t masked_rows(uint32_t g) const {
+    // grouped_layout[g] clamped to [0, shape_m]: masked_m[g] (masked) or the end row of group g (psum).
+    __device__ __forceinline__ uint32_t clamped_layout(uint32_t g) const {
         const int32_t rows = __ldg(grouped_layout + g);
         return rows < 0 ? 0u : min(static_cast<uint32_t>(rows), shape_m);
+    }
+
+    // Make g the current group of a group walk: its first row and computed row count. Psum: the group starts at
+    // the previous group's end rounded up to kRowAlignment and ends at grouped_layout[g], clamped to
+    // [start, shape_m] (a decreasing or overlong sum gives an empty or shorter group, never a read out of A).
+    __device__ __forceinline__ void enter_group(uint32_t g) {
+        if constexpr (kType == GemmType::MGroupedPsum) {
+            group_start = g == 0 ? 0u : min(ceil_div(group_end, kRowAlignment) * kRowAlignment, shape_m);
+            group_end = max(clamped_layout(g), group_start);
+            group_rows = group_end - group_start;
+        } else {
+            group_rows = clamped_layout(g);
+        }
     }
 
     __device__ __forceinline__ void map_tile(const uint32_t tile, uint32_t& m_block, uint32_t& n_block) const {
@@ -94,19 +120,19 @@ struct TileScheduler {
 
     // Returns false once this CTA has no tile left.
     __device__ __forceinline__ bool next(Tile& tile) {
-        if constexpr (kType == GemmType::MGroupedMasked) {
+        if constexpr (walks_groups(kType)) {
             // NOTES: next_tile only grows, so the walk over the groups never goes back.
             while (next_tile >= tile_base + num_tiles) {
                 if (++group >= num_groups)
                     return false;
                 tile_base += num_tiles;
-                group_rows = masked_rows(group);
+                enter_group(group);
                 num_m_blocks = ceil_div(group_rows, BLOCK_M);
                 num_tiles = num_m_blocks * kNumNBlocks;
             }
             map_tile(next_tile - tile_base, tile.m_block, tile.n_block);
             tile.group = group;
-            tile.row_base = group * shape_m + tile.m_block * BLOCK_M;
+            tile.row_base = (kType == GemmType::MGroupedPsum ? group_start : group * shape_m) + tile.m_block * BLOCK_M;
             tile.valid_rows = min(group_rows - tile.m_block * BLOCK_M, BLOCK_M);
             tile.skip = false;
         } else if constexpr (kType == GemmType::KGrouped) {

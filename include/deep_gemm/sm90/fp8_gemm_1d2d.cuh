@@ -40,10 +40,12 @@ constexpr uint32_t fp8_gemm_smem_size() {
 }
 
 // Config (see kernel_shell.cuh): kGemmType, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast,
-// kMulticastOnA, kSwizzleDBytes, kSmemSize.
+// kMulticastOnA, kSwizzleDBytes, kSmemSize, kPsumAlignment (psum layout: the row alignment of the experts' starts;
+// 0 for the other types).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
-// (masked), MN-major. `grouped_layout` is m_indices (contiguous) or masked_m (masked), `num_groups` = G.
+// (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
+// masked_m (masked) or the running row counts (psum), `num_groups` = G.
 // `d` / `d_row_stride` (elements) address D for the stores a TMA box cannot make (masked partial tiles).
 template <typename Config>
 __global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
@@ -97,8 +99,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(SHAPE_N > 0 and SHAPE_K > 0, "empty problems are handled on the host");
     DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedContiguous or BLOCK_M <= 128,
                      "contiguous grouped tiles must not span two 128-row expert segments");
-    DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedMasked or kNumMulticast == 1 or kMulticastOnA,
-                     "masked GEMMs may multicast only A (the pair shares the M block, hence the expert)");
+    DG_STATIC_ASSERT(not walks_groups(kGemmType) or kNumMulticast == 1 or kMulticastOnA,
+                     "masked / psum GEMMs may multicast only A (the pair shares the M block, hence the expert)");
+    DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
+                     "kPsumAlignment is set exactly for the psum layout");
     DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages>()),
                      "host and device disagree on the shared-memory size");
     constexpr bool kGrouped = kGemmType != GemmType::Normal;
@@ -113,7 +117,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     float* smem_sa = reinterpret_cast<float*>(shell.smem_scales);  // [stages][BLOCK_M]
     float* smem_sb = smem_sa + kNumStages * BLOCK_M;                 // [math WGs][2 buffers][kNumSBPerTile]
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
-    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N>;
+    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment>;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
     if (Shell::is_producer()) {
@@ -125,7 +129,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             ops.n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
             ops.num_k_blocks = kNumKBlocks;
             // Masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
-            ops.scale_row = kGemmType == GemmType::MGroupedMasked ? tile.group * kNumKBlocks : 0;
+            ops.scale_row = kGemmType == GemmType::MGroupedMasked ? tile.group * kNumKBlocks : 0;  // psum: as contiguous
             ops.skip = kSkipPadding and tile.skip;
             ops.peer_shares_b = not kPairMayDiffer or tile.pair_shares_b;
             return ops;
@@ -365,7 +369,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     }
                 },
                 [&](bool is_leader) {
-                    if (kGemmType == GemmType::MGroupedMasked and tile.valid_rows < BLOCK_M) {
+                    if (walks_groups(kGemmType) and tile.valid_rows < BLOCK_M) {
                         // A masked group's last block: rows >= masked_m must stay untouched, which a TMA box cannot
                         // express, so the warpgroup copies its valid rows out of smem_d itself (16-byte chunks).
                         #pragma unroll

@@ -55,12 +55,12 @@ constexpr uint32_t fp8_wgrad_smem_size() {
 // kSwizzleDBytes, kMaxGroups, kSmemSize.
 template <typename Config>
 __global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
-fp8_wgrad_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Config>()> groups,
-                    const __grid_constant__ TmaDescriptor tensor_map_sa,  // SA [sum_g ceil(k_g/128), m'] fp32
-                    const __grid_constant__ TmaDescriptor tensor_map_sb,  // SB [sum_g ceil(k_g/128), n'] fp32
-                    const __grid_constant__ TmaDescriptor tensor_map_d,   // D  [num_groups, m, n] fp32
-                    const uint32_t shape_m,
-                    const uint32_t num_groups) {
+fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Config>()> groups,
+                         const __grid_constant__ TmaDescriptor tensor_map_sa,  // SA [sum_g ceil(k_g/128), m'] fp32
+                         const __grid_constant__ TmaDescriptor tensor_map_sb,  // SB [sum_g ceil(k_g/128), n'] fp32
+                         const __grid_constant__ TmaDescriptor tensor_map_d,   // D  [num_groups, m, n] fp32
+                         const uint32_t shape_m,
+                         const uint32_t num_groups) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape ----
     constexpr uint32_t SHAPE_N = Config::SHAPE_N;

@@ -1,13 +1,12 @@
-"""Small public helpers (DeepGEMM-compatible names)."""
+"""Small public helpers with DeepGEMM's names: SM counts and caps, scale layouts (`deep_gemm.utils.layout`), FP8 / FP4
+casts (`deep_gemm.utils.math`)."""
 import functools
 from typing import Optional
 
 import torch
 
-from .heuristics.common import align, ceil_div
+from ..heuristics.common import align, ceil_div
 
-__all__ = ["ceil_div", "align", "get_tma_aligned_size", "get_col_major_tma_aligned_tensor", "set_num_sms",
-           "get_num_sms", "reset_num_sms", "get_device_arch", "device_num_sms"]
 
 _num_sms_cap: Optional[int] = None
 
@@ -41,7 +40,7 @@ def set_num_sms(num_sms: int) -> None:
         total = device_num_sms(torch.cuda.current_device())
         if num_sms > total:
             raise ValueError(f"num_sms={num_sms} exceeds the {total} SMs of the current device")
-    from . import _C
+    from .. import _C
     _num_sms_cap = num_sms
     _C.set_num_sms_cap(num_sms)
 
@@ -49,7 +48,7 @@ def set_num_sms(num_sms: int) -> None:
 def reset_num_sms() -> None:
     """Remove the `set_num_sms` cap: the kernels use every SM of the device again."""
     global _num_sms_cap
-    from . import _C
+    from .. import _C
     _num_sms_cap = None
     _C.set_num_sms_cap(0)
 
@@ -66,31 +65,10 @@ def get_num_sms(device_index: Optional[int] = None) -> int:
     return total if _num_sms_cap is None else min(total, _num_sms_cap)
 
 
-def get_tma_aligned_size(x: int, element_size: int) -> int:
-    """Round `x` elements up so that `x * element_size` is a multiple of 16 bytes (TMA stride alignment)."""
-    if element_size not in (1, 2, 4, 8, 16):
-        raise ValueError(f"element_size must divide 16, got {element_size}")
-    return align(x, 16 // element_size)
+# NOTES: last, since `layout` reaches the runtime, whose launchers import the SM helpers above.
+from . import layout, math  # noqa: E402
+from .layout import *  # noqa: F401,F403,E402
+from .math import *  # noqa: F401,F403,E402
 
-
-def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
-    """Return `x` ([m, k'] or [g, m, k'], float32) as an MN-major tensor whose M stride is padded to 16 bytes.
-
-    The result has the same shape and values, strides (1, m_aligned) (or (m_aligned * k', 1, m_aligned)); `x` is
-    returned unchanged, without a copy, when it already has that layout.
-    """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"x must be float32 scales, got {x.dtype}")
-    if x.dim() not in (2, 3):
-        raise ValueError(f"x must be 2-D [m, k] or 3-D [g, m, k], got shape {tuple(x.shape)}")
-    from .ops.checks import is_col_major_tma_aligned
-    if is_col_major_tma_aligned(x) and x.data_ptr() % 16 == 0:
-        return x
-    m, k = x.shape[-2], x.shape[-1]
-    aligned_m = get_tma_aligned_size(m, x.element_size())
-    batch = () if x.dim() == 2 else (x.shape[0],)
-    out = torch.empty((*batch, k, aligned_m), device=x.device, dtype=x.dtype).transpose(-1, -2)[..., :m, :]
-    out.copy_(x)
-    return out
+__all__ = ["set_num_sms", "get_num_sms", "reset_num_sms", "get_device_arch", "device_num_sms", "layout", "math"] \
+    + layout.__all__ + [n for n in math.__all__ if n not in layout.__all__]

@@ -1,0 +1,171 @@
+"""Quantisation helpers with DeepGEMM v2's names and signatures (`deep_gemm.utils.math`): FP8 (e4m3) casts with
+per-token (1 x gran_k), per-channel (gran_k x 1) and per-block (gran_k x gran_k) float32 scales, optionally rounded
+up to powers of two (UE8M0), and the FP4 (e2m1) casts DeepGEMM's test generators import.
+
+Scales multiply: x ~= x_fp8 * scale. A scale is amax / 448 over its group (amax clamped to >= 1e-4), rounded up to
+a power of two when `use_ue8m0`. Rows / columns are zero-padded to a multiple of gran_k for the statistics only.
+SM90 kernels take float32 scales; FP4 operands and packed UE8M0 scales are SM100 formats (refused by our GEMMs).
+"""
+from typing import Sequence, Tuple
+
+import torch
+
+from ..heuristics.common import align, ceil_div
+
+__all__ = ["ceil_div", "align", "ceil_to_ue8m0", "pack_ue8m0_to_int", "unpack_ue8m0_from_int",
+           "per_token_cast_to_fp8", "per_channel_cast_to_fp8", "per_block_cast_to_fp8", "per_custom_dims_cast_to_fp8",
+           "per_token_cast_to_fp4", "transpose_packed_fp4", "cast_back_from_fp4"]
+
+FP8_MAX = 448.0
+FP4_MAX = 6.0
+_AMAX_FLOOR = 1e-4
+
+
+def ceil_to_ue8m0(x: torch.Tensor) -> torch.Tensor:
+    """The smallest power of two >= |x| (float32), exponent clamped to the normal range [2^-126, 2^127]."""
+    bits = x.abs().float().view(torch.int32)
+    exponent = (bits >> 23) & 0xFF
+    exponent = exponent + ((bits & 0x7FFFFF) != 0).to(torch.int32)  # round up unless already a power of two
+    return (exponent.clamp(1, 254) << 23).view(torch.float32)
+
+
+def pack_ue8m0_to_int(x: torch.Tensor) -> torch.Tensor:
+    """Power-of-two float32 scales [..., 4j] -> int32 [..., j]: the 8 exponent bits of four consecutive scales per
+    int32, the first in the lowest byte (little-endian), as SM100 kernels read UE8M0 scales."""
+    if x.dtype != torch.float32 or x.shape[-1] % 4 != 0:
+        raise ValueError(f"x must be float32 with a last dimension divisible by 4, got {x.dtype} {tuple(x.shape)}")
+    bits = x.contiguous().view(torch.int32)
+    if bool(((bits < 0) | ((bits & 0x7FFFFF) != 0)).any()):
+        raise ValueError("x must hold non-negative powers of two (UE8M0 values)")
+    return (bits >> 23).to(torch.uint8).view(torch.int32)
+
+
+def unpack_ue8m0_from_int(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of `pack_ue8m0_to_int`: int32 [..., j] -> float32 [..., 4j]."""
+    return (packed.contiguous().view(torch.uint8).to(torch.int32) << 23).view(torch.float32)
+
+
+def _scales(amax: torch.Tensor, fmax: float, use_ue8m0: bool) -> torch.Tensor:
+    scale = amax.clamp(min=_AMAX_FLOOR) / fmax
+    return ceil_to_ue8m0(scale) if use_ue8m0 else scale
+
+
+def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128,
+                          use_packed_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[m, k] -> (e4m3 [m, k], scales [m, ceil(k/gran_k)] float32, or int32 [m, ceil(k/gran_k)/4] packed UE8M0 with
+    `use_packed_ue8m0`): one scale per 1 x gran_k group of a row."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
+    if use_packed_ue8m0 and not use_ue8m0:
+        raise ValueError("use_packed_ue8m0 needs use_ue8m0=True")
+    m, k = x.shape
+    padded = torch.zeros((m, align(k, gran_k)), dtype=torch.float32, device=x.device)
+    padded[:, :k] = x
+    groups = padded.view(m, padded.shape[1] // gran_k, gran_k)
+    scale = _scales(groups.abs().amax(dim=2), FP8_MAX, use_ue8m0)
+    fp8 = (groups / scale.unsqueeze(2)).to(torch.float8_e4m3fn).view(m, padded.shape[1])[:, :k].contiguous()
+    return fp8, pack_ue8m0_to_int(scale) if use_packed_ue8m0 else scale
+
+
+def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False,
+                            gran_k: int = 128) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[k, n] with k % gran_k == 0 -> (e4m3 [k, n], float32 scales [k/gran_k, n]): one scale per gran_k x 1 group of
+    a column (the K-grouped weight-gradient operands' form)."""
+    if x.dim() != 2 or x.shape[0] % gran_k != 0:
+        raise ValueError(f"x must be 2-D with size(0) % {gran_k} == 0, got shape {tuple(x.shape)}")
+    k, n = x.shape
+    groups = x.float().view(k // gran_k, gran_k, n)
+    scale = _scales(groups.abs().amax(dim=1), FP8_MAX, use_ue8m0)
+    return (groups / scale.unsqueeze(1)).to(torch.float8_e4m3fn).view(k, n), scale
+
+
+def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False,
+                          gran_k: int = 128) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[n, k] -> (e4m3 [n, k], float32 scales [ceil(n/gran_k), ceil(k/gran_k)]): one scale per gran_k x gran_k
+    block."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
+    n, k = x.shape
+    pn, pk = align(n, gran_k), align(k, gran_k)
+    padded = torch.zeros((pn, pk), dtype=torch.float32, device=x.device)
+    padded[:n, :k] = x
+    blocks = padded.view(pn // gran_k, gran_k, pk // gran_k, gran_k)
+    scale = _scales(blocks.abs().amax(dim=(1, 3), keepdim=True), FP8_MAX, use_ue8m0)
+    fp8 = (blocks / scale).to(torch.float8_e4m3fn).view(pn, pk)[:n, :k].contiguous()
+    return fp8, scale.view(pn // gran_k, pk // gran_k)
+
+
+def per_custom_dims_cast_to_fp8(x: torch.Tensor, dims: Sequence[int],
+                                use_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One scale per index of the dimensions `dims` (the amax runs over all the others): (e4m3 like x, float32
+    scales of the kept dimensions' sizes, squeezed)."""
+    reduced = tuple(d for d in range(x.dim()) if d not in set(dims))
+    scale = _scales(x.abs().float().amax(dim=reduced, keepdim=True), FP8_MAX, use_ue8m0)
+    return (x.float() / scale).to(torch.float8_e4m3fn), scale.squeeze()
+
+
+# FP4 e2m1: sign bit 3, magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as codes 0..7, two codes per byte (low nibble first).
+_FP4_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _fp4_codes(x: torch.Tensor) -> torch.Tensor:
+    """Round-to-nearest e2m1 codes (int8, one per element); a value on a midpoint takes the smaller magnitude, -0
+    becomes +0."""
+    magnitudes = torch.tensor(_FP4_MAGNITUDES, device=x.device)
+    midpoints = (magnitudes[1:] + magnitudes[:-1]) / 2
+    code = torch.bucketize(x.abs(), midpoints, right=False).to(torch.uint8)
+    code = code | (((x < 0) & (code != 0)).to(torch.uint8) << 3)
+    return code.view(torch.int8)
+
+
+def per_token_cast_to_fp4(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128,
+                          use_packed_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[m, k] (k even) -> (packed e2m1 int8 [m, k/2], scales [m, ceil(k/gran_k)] float32, or packed UE8M0 int32 with
+    `use_packed_ue8m0`, padded with 1.0 to a multiple of 4 scales). An SM100 format: our SM90 GEMMs refuse it."""
+    if x.dim() != 2 or x.shape[1] % 2 != 0:
+        raise ValueError(f"x must be 2-D with an even size(1), got shape {tuple(x.shape)}")
+    if use_packed_ue8m0 and not use_ue8m0:
+        raise ValueError("use_packed_ue8m0 needs use_ue8m0=True")
+    m, k = x.shape
+    padded = torch.zeros((m, align(k, gran_k)), dtype=torch.float32, device=x.device)
+    padded[:, :k] = x
+    groups = padded.view(m, padded.shape[1] // gran_k, gran_k)
+    scale = _scales(groups.abs().amax(dim=2), FP4_MAX, use_ue8m0)
+    codes = _fp4_codes(groups / scale.unsqueeze(2)).view(m, padded.shape[1] // 2, 2)
+    packed = (codes[..., 0] & 0x0F) | ((codes[..., 1] & 0x0F) << 4)
+    packed = packed[:, :k // 2].contiguous()
+    if not use_packed_ue8m0:
+        return packed, scale
+    extra = (-scale.shape[1]) % 4
+    if extra:
+        scale = torch.nn.functional.pad(scale, (0, extra), value=1.0)
+    return packed, pack_ue8m0_to_int(scale)
+
+
+def _unpack_fp4_codes(packed: torch.Tensor) -> torch.Tensor:
+    rows, half = packed.shape
+    codes = torch.empty((rows, half * 2), dtype=torch.int8, device=packed.device)
+    codes[:, 0::2] = packed & 0x0F
+    codes[:, 1::2] = (packed >> 4) & 0x0F
+    return codes
+
+
+def transpose_packed_fp4(a: torch.Tensor) -> torch.Tensor:
+    """Packed e2m1 [m, k/2] (m even) -> packed e2m1 [k, m/2] of the transposed matrix."""
+    if a.dtype != torch.int8 or a.dim() != 2 or a.shape[0] % 2 != 0:
+        raise ValueError(f"a must be a 2-D int8 tensor with an even size(0), got {a.dtype} {tuple(a.shape)}")
+    codes = _unpack_fp4_codes(a).t().contiguous().view(a.shape[1] * 2, -1, 2)
+    return ((codes[..., 0] & 0x0F) | ((codes[..., 1] & 0x0F) << 4)).contiguous()
+
+
+def cast_back_from_fp4(packed: torch.Tensor, sf: torch.Tensor, gran_k: int = 128,
+                       use_packed_ue8m0: bool = False) -> torch.Tensor:
+    """Dequantise packed e2m1 [m, k/2] with per-token scales [m, ceil(k/gran_k)] (float32, or packed UE8M0)."""
+    if use_packed_ue8m0:
+        sf = unpack_ue8m0_from_int(sf)
+    codes = _unpack_fp4_codes(packed)
+    magnitudes = torch.tensor(_FP4_MAGNITUDES, device=packed.device)
+    values = magnitudes[(codes & 0x07).long()]
+    values = torch.where((codes & 0x08) != 0, -values, values)
+    group = torch.arange(values.shape[1], device=packed.device) // gran_k
+    return values * sf[:, group]
