@@ -180,7 +180,7 @@ class GemmLayout:
         if self.action == "launch" and (ptrs[0] | ptrs[2] | (0 if self.ragged_n else ptrs[4])) & 15:
             for i in (0, 2) + (() if self.ragged_n else (4,)):
                 checks.check_tma_matrix(checks.rows_view(tensors[i], _NAMES_1D2D[i]), _NAMES_1D2D[i])
-        names = _NAMES_1D2D + (_INDEX_NAMES[self.kind],)
+        names = _NAMES_1D2D + ((_INDEX_NAMES[self.kind],) if index is not None else ())
         checks.check_no_overlap_ptrs("out", ptrs[4], self.extents[4],
                                      [(names[i], ptrs[i], self.extents[i]) for i in range(len(tensors)) if i != 4])
         if self.action == "zero":

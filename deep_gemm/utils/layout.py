@@ -33,7 +33,8 @@ def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
     """Return `x` ([m, k'] or [g, m, k'], float32) as an MN-major tensor whose M stride is padded to 16 bytes.
 
     The result has the same shape and values, strides (1, m_aligned) (or (m_aligned * k', 1, m_aligned)); `x` is
-    returned unchanged, without a copy, when it already has that layout (else one copy kernel).
+    returned without a copy when it already has that layout (as a view with these strides when it differs only in
+    the strides of size-1 dimensions), else copied (one copy kernel).
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -42,10 +43,13 @@ def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
     if x.dim() not in (2, 3):
         raise ValueError(f"x must be 2-D [m, k] or 3-D [g, m, k], got shape {tuple(x.shape)}")
     from ..ops.checks import is_col_major_tma_aligned
-    if is_col_major_tma_aligned(x) and x.data_ptr() % 16 == 0:
-        return x
     m, k = x.shape[-2], x.shape[-1]
     aligned_m = get_tma_aligned_size(m, x.element_size())
+    if is_col_major_tma_aligned(x) and x.data_ptr() % 16 == 0:
+        # NOTES: the strides of size-1 dimensions are arbitrary; the result always reports the canonical ones
+        # (DeepGEMM's tests check them), as a view of the same memory.
+        canonical = (1, aligned_m) if x.dim() == 2 else (aligned_m * k, 1, aligned_m)
+        return x if x.stride() == canonical else x.as_strided(x.shape, canonical, x.storage_offset())
     batch = () if x.dim() == 2 else (x.shape[0],)
     out = torch.empty((*batch, k, aligned_m), device=x.device, dtype=x.dtype).transpose(-1, -2)[..., :m, :]
     out.copy_(x)
