@@ -65,8 +65,12 @@ def test_col_major_unaligned_stride_is_copied():
 
 
 def test_col_major_single_column_is_kept():
+    """No copy; the result reports the canonical strides (DeepGEMM's layout test checks stride(-1) even when k' = 1)."""
     x = torch.randn(5, 1)
-    assert get_col_major_tma_aligned_tensor(x) is x
+    y = get_col_major_tma_aligned_tensor(x)
+    assert y.data_ptr() == x.data_ptr() and y.stride() == (1, 8) and torch.equal(x, y)
+    z = torch.randn(8, 1)
+    assert get_col_major_tma_aligned_tensor(z.as_strided((8, 1), (1, 8))).data_ptr() == z.data_ptr()
 
 
 def test_col_major_errors():

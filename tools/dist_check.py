@@ -19,6 +19,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gemm_cases import SPECS, SPEC_BY_NAME, sweep_problems  # noqa: E402
 
 
+def _footprint_bytes(problem: dict) -> int:
+    """A generous estimate of the device memory a problem's inputs, FP32 references and output take."""
+    k, n = problem.get("k", max(problem.get("ks", [0]) + [0])), problem.get("n", 1)
+    if "sizes" in problem:
+        groups, rows = len(problem["sizes"]), sum((s + 127) // 128 * 128 for s in problem["sizes"])
+    elif "ks" in problem:
+        groups, rows, k = len(problem["ks"]), problem["m"], sum(problem["ks"])
+    else:
+        groups, rows = problem.get("groups", 1), problem.get("groups", 1) * problem.get("m_max", problem.get("m", 1))
+    return 16 * (rows * k + groups * n * k + groups * rows * n)
+
+
 def main() -> None:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -33,6 +45,11 @@ def main() -> None:
     counts_device = device if own_gpu else torch.device("cpu")
     torch.backends.cuda.matmul.allow_tf32 = False
     problems = [(s.name, s.small, 0) for s in SPECS] + sweep_problems(count, 777)
+    if not own_gpu:
+        # Ranks sharing a GPU share its memory: leave out sweep problems whose inputs and references could not fit
+        # twice (the FP32 references of the largest grouped problems take tens of GB).
+        budget = torch.cuda.get_device_properties(device).total_memory // (4 * world)
+        problems = [p for p in problems if _footprint_bytes(p[1]) <= budget]
     failures, digests = 0, []
     for name, problem, seed in problems:
         try:

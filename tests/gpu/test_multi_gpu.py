@@ -18,7 +18,9 @@ def _run_two_ranks(tmp_path, problems: int) -> str:
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            os.path.join(REPO, "tools", "dist_check.py"), str(problems)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
+    if proc.returncode != 0:
+        print(proc.stdout[-20000:], proc.stderr[-8000:])  # shown in the failure report
+    assert proc.returncode == 0, "tools/dist_check.py failed (its output is in the captured stdout)"
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("world=2 "))
     fields = dict(re.findall(r"([a-z ()]+)=(\S+)", line))
     fields = {k.strip(): v for k, v in fields.items()}
