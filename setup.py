@@ -1,10 +1,12 @@
-"""deep_gemm: Python package + CUDA headers compiled at run time (no build step for the kernels) + the C++ launch
-module (csrc/)."""
+"""The build steps pyproject.toml cannot express: the C++ launch module `deep_gemm._C` (csrc/) and the kernel headers
+copied into the package (they are compiled at run time, no build step for the kernels)."""
 import os
 import shutil
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+from setuptools.errors import CCompilerError, ExecError
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,25 +47,17 @@ def _launch_module() -> Extension:
     return Extension("deep_gemm._C", **args)
 
 
-LAUNCH_MODULE = _launch_module()
+class BuildExtRequired(build_ext):
+    """A failed build of `_C` stops the install with what to do, not only the compiler's last line."""
 
-setup(
-    name="deep_gemm",
-    version="0.1.0",
-    description="JIT-compiled FP8 GEMM kernels for NVIDIA Hopper, DeepGEMM-compatible API",
-    packages=find_packages(include=["deep_gemm", "deep_gemm.*"]),
-    python_requires=">=3.9",
-    install_requires=[
-        "torch>=2.4",
-        # NOTES: NVRTC is the only CUDA wheel the JIT needs: the kernels include no CUDA, CCCL or CuTe headers. The
-        # upper bounds keep to the toolchain verified on the H200 (CUDA 13.0, driver 580).
-        "cuda-bindings>=13.0.3,<13.4",
-        "cuda-toolkit[nvrtc]>=13.0.3,<13.1",
-    ],
-    # NOTES: cuobjdump (+ the nvdisasm it runs) for tests/jit/test_codegen_budget.py, which counts the kernels' SASS;
-    # there is no 13.0 wheel of either, 13.2.51 is the oldest (it prints the same SASS as 13.5.37).
-    extras_require={"test": ["pytest>=7", "numpy", "nvidia-cuda-cuobjdump==13.2.51", "nvidia-cuda-nvdisasm==13.2.51"]},
-    ext_modules=[LAUNCH_MODULE],
-    cmdclass={"build_py": BuildPyWithHeaders},
-    zip_safe=False,
-)
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, ExecError) as e:
+            raise SystemExit(f"error: building {ext.name} (csrc/launch.cpp) failed: {e}\n"
+                             "deep_gemm cannot launch kernels without it: install a C++17 compiler (CC and CXX choose "
+                             "one) and the Python development headers, then reinstall.") from e
+
+
+# Everything else (name, version, dependencies, extras, package data) is in pyproject.toml.
+setup(ext_modules=[_launch_module()], cmdclass={"build_py": BuildPyWithHeaders, "build_ext": BuildExtRequired})

@@ -19,6 +19,9 @@ def load(paths):
 
 
 def main():
+    if "--" not in sys.argv[1:] or {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__ + "\nUsage: python benchmarks/ab_compare.py OLD.json ... -- NEW.json ...")
+        sys.exit(0 if {"-h", "--help"} & set(sys.argv[1:]) else 2)
     split = sys.argv.index("--")
     old, new = load(sys.argv[1:split]), load(sys.argv[split + 1:])
     ratios = defaultdict(list)

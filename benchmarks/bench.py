@@ -15,15 +15,30 @@ accumulated; GB/s = (mk + nk + 8mn) / t (out read and written in FP32). cuBLAS: 
 and no accumulate input, same run. k-grouped: k_i = base + U(-spread, spread) in steps of 16; TFLOPS = 2mn·sum(k_i)/t;
 also the wall time per call (CUDA events over 20 back-to-back calls, host launch included) of the one-launch call and
 of a Python loop of one dense call per group (DeepGEMM's k-grouped implementation).
+
+Every run writes one JSON (default benchmarks/results/<date>_<commit>_<device>[_<tag>].json), rewritten after each
+case so that an interrupted run keeps what it measured, with the run's provenance: git commit and dirty flag,
+device, driver, SM clock / power / temperature at the start and after each case (nvidia-smi), the versions of
+python, torch, CUDA, cuda-bindings, NVRTC and deep_gemm, and every DG_* variable in effect.
+
+Usage: python benchmarks/bench.py [--suite dense ...] [--shapes MxNxK ...] [--json PATH | --tag TAG] [--plot PNG]
+       (or python -m benchmarks.bench ...); --help works without a GPU. `--plot` needs matplotlib (the `bench`
+       extra); `python -m benchmarks.readme_table RESULT.json` prints the README table of a result.
 """
 import argparse
+import datetime
+import importlib.metadata
 import json
+import math
 import os
+import platform
 import random
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 import torch
 
@@ -183,8 +198,7 @@ def bench_masked(num_groups, m, n, k, num_tests, m_max, seed=0):
     return _grouped_row(ours, "masked", num_groups, m, n, k, valid, diff, num_tests, DG_MASKED, m_max=m_max)
 
 
-def run_grouped_suites(suites, num_tests):
-    rows = []
+def run_grouped_suites(suites, num_tests, results):
     print(f"{'kind':>10} {'G x m':>9} {'n':>5} {'k':>5} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | {'cuBLAS':>7} "
           f"{'ratio':>6} | {'DG':>5} {'xDG':>5} | diff")
     cases = []
@@ -197,13 +211,12 @@ def run_grouped_suites(suites, num_tests):
             r = bench_contiguous(g, m, n, k, num_tests)
         else:
             r = bench_masked(g, m, n, k, num_tests, m_max=4096 if g <= 32 else 1024)
-        rows.append(r)
+        results.add("grouped", r)
         cb = f"{r['cublas_tflops']:7.0f} {r['tflops'] / r['cublas_tflops']:5.2f}x" if r["cublas_tflops"] else \
             f"{'n/a':>7} {'n/a':>6}"
         dg = f"{r['dg_tflops']:5.0f} {r['tflops'] / r['dg_tflops']:4.2f}x" if r["dg_tflops"] else f"{'-':>5} {'-':>5}"
         print(f"{kind:>10} {f'{g}x{m}':>9} {n:>5} {k:>5} | {r['us']:8.1f} {r['tflops']:7.0f} {r['gbps']:6.0f} | "
               f"{cb} | {dg} | {r['diff']:.1e}", flush=True)
-    return rows
 
 
 # ---------------------------------------------------------------- weight gradients (FP32 accumulate)
@@ -309,15 +322,14 @@ def _wall_time(fn, iters=20):
     return start.elapsed_time(end) / 1e3 / iters
 
 
-def run_wgrad_suites(suites, num_tests):
-    rows = []
+def run_wgrad_suites(suites, num_tests, results):
     if "wgrad" in suites:
         print(f"{'wgrad m':>8} {'n':>6} {'k':>5} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | {'cuBLAS':>7} {'ratio':>6} | "
               f"{'DG':>5} {'xDG':>5} | diff")
         for m, n in WGRAD_MN:
             for k in (4096, 8192):
                 r = bench_wgrad(m, n, k, num_tests)
-                rows.append(r)
+                results.add("wgrad", r)
                 cb = f"{r['cublas_tflops']:7.0f} {r['tflops'] / r['cublas_tflops']:5.2f}x" if r["cublas_tflops"] \
                     else f"{'n/a':>7} {'n/a':>6}"
                 dg = f"{r['dg_tflops']:5.0f} {r['tflops'] / r['dg_tflops']:4.2f}x" if r["dg_tflops"] else \
@@ -331,11 +343,10 @@ def run_wgrad_suites(suites, num_tests):
         cases += [(g, m, n, 512, 256) for g in (16, 64) for m, n in [(7168, 4096), (2048, 7168)]]
         for g, m, n, base, spread in cases:
             r = bench_k_grouped(g, m, n, base, num_tests, spread)
-            rows.append(r)
+            results.add("wgrad", r)
             print(f"{g:>11} {m:>5} {n:>5} {f'{base}+-{spread}':>9} | {r['us']:8.1f} {r['tflops']:7.0f} | "
                   f"{r['tflops'] / DG_K_GROUPED[1]:4.2f}-{r['tflops'] / DG_K_GROUPED[0]:4.2f}x | "
                   f"{r['wall_us_one_launch']:8.1f} / {r['wall_us_per_group_loop']:8.1f} | {r['diff']:.1e}", flush=True)
-    return rows
 
 
 def _host_times(fn, batches=50, per_batch=200):
@@ -441,42 +452,221 @@ def compile_times():
     return secs0, total1
 
 
+# ---------------------------------------------------------------- provenance, results file, plot
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(REPO, "benchmarks", "results")
+GPU_FIELDS = ("clocks.sm", "clocks.max.sm", "power.draw", "power.limit", "temperature.gpu")
+
+
+def _output(cmd) -> Optional[str]:
+    """stdout of `cmd` run in the checkout, or None where the tool is missing or fails (no git, no nvidia-smi)."""
+    try:
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _smi_id() -> str:
+    """nvidia-smi's id of the GPU this process uses (CUDA_VISIBLE_DEVICES may renumber them)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible or str(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+
+
+def gpu_state() -> dict:
+    """SM clock, power and temperature of the GPU now ({} without nvidia-smi)."""
+    out = _output(["nvidia-smi", f"--id={_smi_id()}", "--query-gpu=" + ",".join(GPU_FIELDS),
+                   "--format=csv,noheader,nounits"])
+    return dict(zip(GPU_FIELDS, (v.strip() for v in out.split(",")))) if out else {}
+
+
+def _package_version(name: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _nvrtc_version() -> Optional[str]:
+    try:
+        from cuda.bindings import nvrtc
+        _, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}"
+    except Exception:  # no cuda-bindings or no libnvrtc: provenance records the absence
+        return None
+
+
+def provenance() -> dict:
+    """Where and with what a run measured: commit, device, driver, GPU state at the start, versions, DG_* env."""
+    has_gpu = torch.cuda.is_available()
+    status = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    return dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        commit=_output(["git", "rev-parse", "--short=10", "HEAD"]), dirty=None if status is None else bool(status),
+        device=torch.cuda.get_device_name() if has_gpu else None,
+        sms=torch.cuda.get_device_properties(0).multi_processor_count if has_gpu else None,
+        driver=_output(["nvidia-smi", f"--id={_smi_id()}", "--query-gpu=driver_version", "--format=csv,noheader"]),
+        gpu_start=gpu_state(),
+        versions=dict(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda,
+                      cuda_bindings=_package_version("cuda-bindings"), nvrtc=_nvrtc_version(),
+                      deep_gemm=deep_gemm.__version__),
+        env={k: v for k, v in sorted(os.environ.items()) if k.startswith("DG_")},
+        argv=sys.argv[1:])
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower().replace("nvidia", "")).strip("-") or "unknown"
+
+
+def default_result_path(prov: dict, tag: Optional[str] = None) -> str:
+    """benchmarks/results/<date>_<commit>[-dirty]_<device>[_<tag>].json"""
+    commit = (prov["commit"] or "nogit") + ("-dirty" if prov["dirty"] else "")
+    name = "_".join([prov["date"][:10], commit, _slug(prov["device"] or "cpu")] + ([_slug(tag)] if tag else []))
+    return os.path.join(RESULTS_DIR, name + ".json")
+
+
+class Results:
+    """The run's JSON: rows of the dense suite, grouped and wgrad rows, summary, provenance. Rewritten (through a
+    temporary file, so a reader never sees half a file) after every case: an interrupted run keeps what it measured."""
+
+    def __init__(self, path: Optional[str], prov: dict):
+        self.path = path
+        self.data = dict(provenance=prov, device=prov["device"], torch=torch.__version__, rows=[], grouped=[],
+                         wgrad=[], summary={})
+        self.save()
+
+    def add(self, section: str, row: dict) -> None:
+        row["gpu_after"] = gpu_state()  # clock / power right after the case: throttling shows up here
+        self.data[section].append(row)
+        self.save()
+
+    def summarize(self, **values) -> None:
+        self.data["summary"].update(values)
+        self.save()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.data, f, indent=1)
+        os.replace(tmp, self.path)
+
+
+def case_label(row: dict, section: str) -> str:
+    """A short name of one measured case (plot ticks, table rows)."""
+    kind = row.get("kind", section)
+    if kind == "dense":
+        return f"{row['m']}x{row['n']}x{row['k']}"
+    if kind in ("contiguous", "masked"):
+        return f"{kind} {row['groups']}x{row['m']} {row['n']}x{row['k']}"
+    if kind == "k_grouped":
+        return f"k-grouped {row['groups']}x {row['m']}x{row['n']} k~{row['k']}"
+    return f"wgrad {row['m']}x{row['n']}x{row['k']}"
+
+
+SECTIONS = (("rows", "dense"), ("grouped", "grouped (contiguous, masked)"), ("wgrad", "weight gradients"))
+
+
+def plot(result: dict, path: str) -> None:
+    """Bar chart of TFLOPS per case, ours vs cuBLAS (and DeepGEMM where rows carry `dg_tflops`), one panel per
+    suite present in `result` (a bench.py JSON). Raises ImportError naming the `bench` extra without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # files only: no display on the GPU machine
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError("plotting needs matplotlib: pip install 'deepgemm-sm90[bench]' (or matplotlib)") from e
+    panels = [(key, title, result[key]) for key, title in SECTIONS if result.get(key)]
+    if not panels:
+        raise ValueError("result: no measured rows to plot (expected 'rows', 'grouped' or 'wgrad')")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(14, 4.2 * len(panels)), squeeze=False)
+    for ax, (key, title, rows) in zip(axes[:, 0], panels):
+        series = [("ours", "tflops"), ("cuBLAS", "cublas_tflops")]
+        if any(r.get("dg_tflops") for r in rows):
+            series.append(("DeepGEMM", "dg_tflops"))
+        width = 0.8 / len(series)
+        for i, (name, field) in enumerate(series):
+            xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(rows))]
+            ax.bar(xs, [r.get(field) or math.nan for r in rows], width, label=name)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([case_label(r, "dense" if key == "rows" else key) for r in rows], rotation=60,
+                           ha="right", fontsize=7)
+        ax.set_ylabel("TFLOPS")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    prov = result.get("provenance", {})
+    fig.suptitle(f"{result.get('device') or 'unknown device'}, torch {result.get('torch')}"
+                 + (f", commit {prov['commit']}" if prov.get("commit") else ""))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 SUITES = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", help="save the rows to this path")
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", help="result path (default: benchmarks/results/<date>_<commit>_<device>[_TAG].json)")
+    parser.add_argument("--tag", help="suffix of the default result name, e.g. 'dense'")
+    parser.add_argument("--plot", metavar="PNG", help="also draw TFLOPS per case (ours, cuBLAS, DeepGEMM) here")
     parser.add_argument("--num-tests", type=int, default=30)
     parser.add_argument("--shapes", nargs="*", help="MxNxK shapes instead of the default dense suite")
+    parser.add_argument("--list-shapes", action="store_true",
+                        help="print the dense suite's 'm n k' lines (for deep_gemm compile --shapes) and exit")
     parser.add_argument("--skip-host", action="store_true", help="skip host-overhead and compile-time rows")
     parser.add_argument("--host-batch", type=int, default=200, help="calls per timed batch of the host-time rows")
     parser.add_argument("--suite", nargs="*", default=list(SUITES), choices=SUITES,
                         help="which suites to run (default: all)")
-    args = parser.parse_args()
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else dense_shapes()
-    print(f"deep_gemm {deep_gemm.__version__} | torch {torch.__version__} | {torch.cuda.get_device_name()} | "
-          f"kineto, 8 GB flush, mean of {args.num_tests}")
-    rows, summary, grouped = [], {}, []
+    args = parser.parse_args(argv)
+    try:
+        args.shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else dense_shapes()
+        if any(len(s) != 3 for s in args.shapes):
+            raise ValueError
+    except ValueError:
+        parser.error("--shapes: expected MxNxK with integers, e.g. 4096x7168x2048")
+    if args.json and args.tag:
+        parser.error("--tag names the default result file: give --json or --tag, not both")
+    return args
+
+
+def main():
+    args = parse_args()
+    if args.list_shapes:
+        print("\n".join(f"{m} {n} {k}" for m, n, k in args.shapes))
+        return
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (fail before measuring, not after)
+        except ImportError:
+            sys.exit("bench.py: --plot needs matplotlib: pip install 'deepgemm-sm90[bench]'")
+    prov = provenance()
+    results = Results(args.json or default_result_path(prov, args.tag), prov)
+    print(f"deep_gemm {deep_gemm.__version__} | torch {torch.__version__} | {prov['device']} | commit "
+          f"{prov['commit']}{' (dirty)' if prov['dirty'] else ''} | kineto, 8 GB flush, mean of {args.num_tests}"
+          f" | -> {results.path}")
     if "dense" in args.suite:
         print(f"{'m':>6} {'n':>6} {'k':>6} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | {'cuBLAS':>7} {'ratio':>6} | diff")
-        for m, n, k in shapes:
+        for m, n, k in args.shapes:
             r = bench_shape(m, n, k, args.num_tests)
-            rows.append(r)
+            results.add("rows", r)
             cb = f"{r['cublas_tflops']:7.0f} {r['ratio']:5.2f}x" if r["ratio"] else f"{'n/a':>7} {'n/a':>6}"
             print(f"{m:>6} {n:>6} {k:>6} | {r['us']:8.1f} {r['tflops']:7.0f} {r['gbps']:6.0f} | {cb} | "
                   f"{r['diff']:.1e}", flush=True)
-        ratios = [r["ratio"] for r in rows if r["ratio"]]
+        ratios = [r["ratio"] for r in results.data["rows"] if r["ratio"]]
         if ratios:
-            geo = float(torch.tensor(ratios).log().mean().exp())
-            summary["geomean_ratio_vs_cublas"] = geo
+            geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            results.summarize(geomean_ratio_vs_cublas=geo)
             print(f"geomean speedup over cuBLAS blockwise ({len(ratios)} shapes with k % 128 == 0): {geo:.3f}x")
     if "contiguous" in args.suite or "masked" in args.suite:
-        grouped = run_grouped_suites(args.suite, args.num_tests)
-    wgrad = run_wgrad_suites(args.suite, args.num_tests) if {"wgrad", "k_grouped"} & set(args.suite) else []
+        run_grouped_suites(args.suite, args.num_tests, results)
+    if {"wgrad", "k_grouped"} & set(args.suite):
+        run_wgrad_suites(args.suite, args.num_tests, results)
     if "dense" in args.suite and not args.skip_host:
         host = host_overhead_us(args.host_batch)
-        summary.update(host_us_per_call=host, launch_path=deep_gemm.get_launch_path(), host_batch=args.host_batch)
+        results.summarize(host_us_per_call=host, launch_path=deep_gemm.get_launch_path(), host_batch=args.host_batch)
         print(f"host time per warmed call (launch path {deep_gemm.get_launch_path()}; 10,000 calls in batches of "
               f"{args.host_batch}, sync between batches not timed):")
         for name, h in host.items():
@@ -484,12 +674,11 @@ def main():
                   + (f" ({h['fast_calls']} of {h['calls'] + args.host_batch} calls without Python; reading the "
                      f"arguments {h['key_read_median_us']:.2f} us)" if "key_read_median_us" in h else ""))
         cold, hit = compile_times()
-        summary.update(cold_compile_s=cold, disk_cache_hit_s=hit)
+        results.summarize(cold_compile_s=cold, disk_cache_hit_s=hit)
         print(f"NVRTC cold compile of one kernel: {cold:.2f} s; disk-cache hit in a fresh process: {hit * 1e3:.1f} ms")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, grouped=grouped, wgrad=wgrad, summary=summary, device=torch.cuda.get_device_name(),
-                           torch=torch.__version__), f, indent=1)
+    if args.plot:
+        plot(results.data, args.plot)
+        print(f"plot: {args.plot}")
 
 
 if __name__ == "__main__":

@@ -7,14 +7,15 @@ from .ops import (gemm_fp8_fp8_bf16_nt, get_m_alignment_for_contiguous_layout, k
                   wgrad_gemm_fp8_fp8_fp32_nt)
 from .ops import v2 as _v2
 from .ops.v2 import *  # noqa: F401,F403  (DeepGEMM v2 GEMM names)
-from .runtime import get_launch_path
+from .runtime import get_compile_mode, get_launch_path, set_compile_mode
 from .testing import bench, bench_kineto, calc_diff
 from .utils import *  # noqa: F401,F403  (as DeepGEMM: the layout and cast helpers at the top level too)
 from .utils import (ceil_div, get_col_major_tma_aligned_tensor, get_mk_alignment_for_contiguous_layout, get_num_sms,
                     get_tma_aligned_size, per_block_cast_to_fp8, per_token_cast_to_fp8, reset_num_sms, set_num_sms,
                     transform_sf_into_required_layout)
+from .warmup import warmup  # the function shadows the module: use `from deep_gemm.warmup import ...` for the rest
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # The GEMMs (May-2025 names first, then v2's) and the helpers users call.
 __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
@@ -23,5 +24,5 @@ __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", 
            "set_mk_alignment_for_contiguous_layout", "get_theoretical_mk_alignment_for_contiguous_layout",
            "get_col_major_tma_aligned_tensor", "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
            "set_num_sms", "get_num_sms", "reset_num_sms", "ceil_div", "align", "get_tma_aligned_size",
-           "get_launch_path", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "calc_diff", "bench", "bench_kineto",
+           "get_launch_path", "set_compile_mode", "get_compile_mode", "warmup", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "calc_diff", "bench", "bench_kineto",
            "jit", "testing", "utils"]

@@ -1,121 +1,176 @@
-"""Command line: `python -m deep_gemm compile ...` fills the kernel cache ahead of time (no GPU needed)."""
+"""Command line: `python -m deep_gemm compile ...` fills the kernel cache ahead of time (no GPU needed, see
+deep_gemm.warmup); `python -m deep_gemm --version`. The `doctor` and `cache` subcommands come from
+deep_gemm/doctor.py when it is installed."""
 import argparse
-import itertools
-import os
+import importlib
+import importlib.util
+import json
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from .envs import read_env
-from .heuristics import GemmProblem, KernelType, get_config
-from .heuristics.sm90 import kernel_key, sm90_kernel_variants
-from .jit.compiler import SUPPORTED_ARCHS
+from .warmup import ARCHS, FAMILIES, MODELS, MoEModel, warmup
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every usage error is one line naming the argument, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def _read_shapes(path: str) -> List[Tuple[int, int, int]]:
+    """'m n k' lines (commas allowed, # comments); raises ValueError naming the file and line."""
+    try:
+        with open(path) as f:
+            lines = f.readlines()
+    except OSError as e:
+        raise ValueError(f"--shapes {path}: cannot read it ({e.strerror or e})") from None
     shapes = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.split("#", 1)[0].replace(",", " ").split()
-            if not line:
-                continue
-            if len(line) != 3:
-                raise SystemExit(f"{path}:{lineno}: expected 'm n k', got {' '.join(line)!r}")
-            shapes.append(tuple(int(v) for v in line))
+    for lineno, line in enumerate(lines, 1):
+        fields = line.split("#", 1)[0].replace(",", " ").split()
+        if not fields:
+            continue
+        try:
+            values = tuple(int(v) for v in fields)
+        except ValueError:
+            values = ()
+        if len(values) != 3 or min(values) <= 0:
+            raise ValueError(f"--shapes {path}:{lineno}: expected 'm n k' (positive integers), got "
+                             f"{' '.join(fields)!r}")
+        shapes.append(values)
     return shapes
 
 
-def _build_one(item):
-    from . import jit
-    from .launchers import sm90_fp8_gemm_1d2d
-    (m, n, k), config, arch, kind = item
-    source = sm90_fp8_gemm_1d2d.kernel_source(n, k, config, kind)
-    start = time.perf_counter()
-    _, cached, _ = jit.build(source, arch)
-    return (m, n, k), config, cached, time.perf_counter() - start
+def _load_model(name: str) -> MoEModel:
+    if name in MODELS:
+        return MODELS[name]
+    try:
+        with open(name) as f:
+            return MoEModel(**json.load(f))
+    except OSError as e:
+        raise ValueError(f"--model {name}: neither a known model {sorted(MODELS)} nor a readable JSON file "
+                         f"({e.strerror or e})") from None
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"--model {name}: expected a JSON object with the fields of deep_gemm.warmup.MoEModel "
+                         f"({e})") from None
+
+
+def _shapes_of(args, families: List[str]) -> Tuple[dict, List[int]]:
+    """The warmup arguments of the explicit shapes (--m/--n/--k and --shapes) for each requested family, and the
+    m values given."""
+    mnk = [(m, n, k) for m in args.m or [] for n in args.n or [] for k in args.k or []]
+    for path in args.shapes or []:
+        mnk += _read_shapes(path)
+    nk = [(n, k) for n in args.n or [] for k in args.k or []] + [(n, k) for _, n, k in mnk]
+    out = {}
+    for family in families:
+        if family in ("dense", "contiguous", "masked", "psum") and not nk:
+            continue
+        if family == "dense":
+            out["dense"] = sorted(set(nk))
+        elif family == "contiguous":
+            out["contiguous"] = [(n, k, args.groups) for n, k in sorted(set(nk))]
+        elif family in ("masked", "psum"):
+            if not mnk:
+                raise ValueError(f"--family {family}: its kernels depend on expected_m: give it as --m (with --n "
+                                 f"and --k) or in --shapes")
+            expected = {}
+            for m, n, k in mnk:
+                expected.setdefault((n, k), set()).add(m)
+            out[family] = [(n, k, args.groups, sorted(ms)) for (n, k), ms in sorted(expected.items())]
+        elif family == "wgrad":
+            out["wgrad"] = sorted({(m, n) for m, n, _ in mnk})
+        else:
+            out["k_grouped"] = sorted({(m, n, args.groups) for m, n, _ in mnk})
+    return out, sorted(set(args.m or []) | {m for m, _, _ in mnk})
 
 
 def cmd_compile(args) -> int:
-    if args.arch != "sm_90a":
-        print(f"no kernels for {args.arch} yet; supported: sm_90a", file=sys.stderr)
-        return 2
-    shapes = list(itertools.product(args.m or [], args.n or [], args.k or []))
-    for path in args.shapes or []:
-        shapes += _read_shapes(path)
-    if not shapes:
-        print("nothing to compile: give --m/--n/--k lists and/or --shapes FILE", file=sys.stderr)
-        return 2
-    kind = _KINDS[args.kind]
-    if kind == KernelType.M_GROUPED_MASKED and args.all_m:
-        print("--all-m does not apply to --kind masked: its kernel depends on expected_m (--m) and --groups",
-              file=sys.stderr)
-        return 2
-    if args.groups <= 0:
-        print("--groups must be positive", file=sys.stderr)
-        return 2
-    groups = args.groups if kind == KernelType.M_GROUPED_MASKED else 1
-    work, seen = [], set()
-    for m, n, k in shapes:
-        if min(m, n, k) <= 0:
-            print(f"skip m={m} n={n} k={k}: empty problems launch no kernel")
-            continue
-        configs = [get_config(GemmProblem(m, n, k, args.num_sms, args.arch, kind, groups))]
-        if args.all_m:
-            configs += sm90_kernel_variants(n, k, args.num_sms, kind)
-        for i, config in enumerate(configs):
-            key = (n, k, kernel_key(config))
-            if key in seen:
-                if i == 0:
-                    print(f"m={m} n={n} k={k}: shares the kernel of an earlier shape")
-                continue
-            seen.add(key)
-            work.append(((m, n, k), config, args.arch, kind))
-    start = time.perf_counter()
-    failures = 0
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(_build_one, w) for w in work]
-        for w, fut in zip(work, futures):
-            (m, n, k), config = w[0], w[1]
-            try:
-                _, _, cached, secs = fut.result()
-            except Exception as e:  # report and continue with the others
-                failures += 1
-                print(f"FAILED m={m} n={n} k={k}: {e}", file=sys.stderr)
-                continue
-            print(f"{'cached ' if cached else 'built  '} m={m} n={n} k={k} block={config.block_m}x{config.block_n} "
-                  f"stages={config.num_stages} multicast={config.num_multicast}{'A' if config.multicast_on_a else 'B'} "
-                  f"sms={config.num_sms} in {secs:.2f} s")
-    print(f"{len(work) - failures} kernels ready, {failures} failed, {time.perf_counter() - start:.1f} s total "
-          f"(cache: {read_env().jit_cache_dir})")
-    return 1 if failures else 0
+    if args.jobs < 0:
+        raise ValueError(f"--jobs must be >= 0 (0: one per CPU, at most 16), got {args.jobs}")
+    families = list(FAMILIES) if "all" in args.family else list(dict.fromkeys(args.family))
+    kwargs, ms = _shapes_of(args, families)
+    if args.model:
+        kwargs.update(model=_load_model(args.model), tp=args.tp, max_tokens=args.max_tokens, training=args.training)
+    elif not kwargs:
+        raise ValueError("nothing to compile: give --m/--n/--k lists, --shapes FILE or --model")
+    if args.only_m and not ms:
+        raise ValueError("--only-m needs m values (--m or --shapes)")
+    summary = warmup(**kwargs, families=families, ms=ms if args.only_m else None, num_sms=args.num_sms,
+                     arch=args.arch, jobs=args.jobs, progress=not args.quiet)
+    summary["cache_dir"] = read_env().jit_cache_dir
+    for failure in summary["failures"]:
+        print(f"FAILED {failure['kernel']}: {failure['error'].splitlines()[0]}", file=sys.stderr)
+    print(f"{summary['kernels']} kernels ({', '.join(f'{f} {n}' for f, n in summary['by_family'].items())}): "
+          f"{summary['compiled']} compiled, {summary['cached']} cached, {summary['waited']} built by another "
+          f"process, {len(summary['failures'])} failed, {summary['seconds']:.1f} s (sm count {summary['num_sms']}, "
+          f"cache {summary['cache_dir']})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    return 1 if summary["failures"] else 0
 
 
-_KINDS = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
-          "masked": KernelType.M_GROUPED_MASKED}
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deep_gemm")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compile", help="compile kernels into the cache ahead of time (no GPU needed)")
-    c.add_argument("--arch", default="sm_90a", choices=SUPPORTED_ARCHS)
-    c.add_argument("--num-sms", type=int, default=132, help="SM count of the target GPU (H100/H200 SXM: 132)")
-    c.add_argument("--m", type=int, nargs="*", help="m values (combined with every --n and --k)")
-    c.add_argument("--n", type=int, nargs="*")
-    c.add_argument("--k", type=int, nargs="*")
+def _add_compile(sub) -> None:
+    c = sub.add_parser("compile", help="compile kernels into the cache ahead of time (no GPU needed)",
+                       description="Compile every kernel the given shapes or model will load (see deep_gemm.warmup).")
+    c.set_defaults(func=cmd_compile)
+    c.add_argument("--arch", default="sm_90a", choices=ARCHS)
+    c.add_argument("--num-sms", type=_positive_int, default=None,
+                   help="SMs the calls will use (default: this machine's GPU, else 132 as on H100/H200 SXM)")
+    c.add_argument("--family", "--kind", action="append", choices=FAMILIES + ("all",), default=None,
+                   help="kernel families to build (repeatable; default: dense for explicit shapes, all with --model)")
+    c.add_argument("--m", type=_positive_int, nargs="*",
+                   help="m values: rows (dense, contiguous, wgrad, k_grouped) or expected_m (masked, psum)")
+    c.add_argument("--n", type=_positive_int, nargs="*")
+    c.add_argument("--k", type=_positive_int, nargs="*")
     c.add_argument("--shapes", action="append", help="file of 'm n k' lines (# comments allowed)")
-    c.add_argument("--all-m", action="store_true",
-                   help="also every kernel variant any m can pick for each (n, k) (what the first call compiles)")
-    c.add_argument("--kind", default="dense", choices=sorted(_KINDS),
-                   help="dense GEMM, or a grouped one: contiguous (m = total rows of all experts) or masked "
-                        "(m = expected_m per group, with --groups)")
-    c.add_argument("--groups", type=int, default=1, help="number of groups (experts) of a masked GEMM")
-    c.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiler processes")
+    c.add_argument("--groups", type=_positive_int, default=1,
+                   help="number of groups (experts) of the grouped families")
+    c.add_argument("--only-m", action="store_true",
+                   help="dense/contiguous: only the kernels of the given m (default: every kernel any m can pick, "
+                        "which the first call of an (n, k) precompiles anyway)")
+    c.add_argument("--all-m", action="store_true", help=argparse.SUPPRESS)  # the default now; old scripts pass it
+    c.add_argument("--model", help=f"a model description: one of {sorted(MODELS)} or a JSON file of "
+                                   f"deep_gemm.warmup.MoEModel fields")
+    c.add_argument("--tp", type=_positive_int, default=1, help="--model: tensor/expert-parallel degree")
+    c.add_argument("--max-tokens", type=_positive_int, default=4096,
+                   help="--model: one rank's largest decode batch (sets the masked GEMMs' expected_m range)")
+    c.add_argument("--training", action="store_true", help="--model: also the backward GEMMs (dgrad, wgrad)")
+    c.add_argument("--jobs", type=int, default=0, help="compile processes (default: CPUs, at most 16)")
+    c.add_argument("--json", metavar="FILE", help="write the summary as JSON")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from . import __version__
+    parser = _Parser(prog="python -m deep_gemm")
+    parser.add_argument("--version", action="version", version=f"deep_gemm {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    _add_compile(sub)
+    if importlib.util.find_spec(f"{__package__}.doctor") is not None:  # `doctor` and `cache`, once installed
+        importlib.import_module(f"{__package__}.doctor").add_commands(sub)
     args = parser.parse_args(argv)
-    if args.num_sms <= 0:
-        parser.error("--num-sms must be positive")
-    return cmd_compile(args)
+    if args.cmd == "compile" and args.family is None:
+        args.family = ["all"] if args.model else ["dense"]
+    try:
+        return args.func(args)
+    except (ValueError, TypeError) as e:
+        print(f"{parser.prog} {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

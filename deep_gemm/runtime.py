@@ -24,7 +24,7 @@ except ImportError as e:  # pragma: no cover - a broken install
 from .heuristics import common as heuristics_common
 from .jit.runtime import CUDADriverError
 
-__all__ = ["Op", "get_launch_path", "stats", "clear_plans", "forced_config"]
+__all__ = ["Op", "get_launch_path", "stats", "clear_plans", "forced_config", "set_compile_mode", "get_compile_mode"]
 
 
 class Op(enum.IntEnum):
@@ -56,6 +56,11 @@ _SIGNATURES = {
 _normalisers: Dict[Op, Callable] = {}
 _layouts: Dict[tuple, object] = {}
 _MAX_LAYOUTS = 4096
+# The GEMMs, which compile mode turns into compile-only calls (the scale-layout transforms still run: their one
+# kernel is compiled once, and their results are what the GEMMs are then called with).
+_GEMMS = frozenset((Op.DENSE, Op.M_GROUPED_CONTIGUOUS, Op.M_GROUPED_MASKED, Op.WGRAD, Op.K_GROUPED_WGRAD,
+                    Op.M_GROUPED_PSUM))
+_compile_mode = False
 
 
 def _register_families() -> None:
@@ -82,6 +87,9 @@ def _slow_path(op: int, args: tuple, key: Optional[tuple]):
             if len(_layouts) >= _MAX_LAYOUTS:
                 _layouts.clear()
             _layouts[key] = layout
+    if _compile_mode and op in _GEMMS:
+        layout.load_kernel(*args)
+        return None  # no plan for `_C`: while the mode is on, every GEMM call must come back here
     # NOTES: kernels launch in the current context, so tensors off the current device need a switch (without it
     # the kernel ran in the wrong device's context); only then, since a switch costs microseconds.
     if layout.device.index == torch.cuda.current_device():
@@ -112,6 +120,24 @@ def clear_plans() -> None:
     gemm_1d2d.clear_kernels()
     wgrad_1d1d.clear_kernels()
     sf_layout.clear_kernels()
+
+
+def set_compile_mode(enabled: bool) -> None:
+    """Compile mode: while on, GEMM calls validate their arguments and compile (or load) their kernel, but launch
+    nothing and leave `out` untouched, so running a model's forward pass once with it on fills the kernel cache.
+    Turning it on drops the plans `_C` launches by itself, and none are registered while it is on; the validated
+    layouts stay, so the first real call of a layout afterwards only builds its plan."""
+    global _compile_mode
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    _compile_mode = enabled
+    if enabled:
+        _C.clear()
+
+
+def get_compile_mode() -> bool:
+    """Whether compile mode (`set_compile_mode`) is on."""
+    return _compile_mode
 
 
 @contextlib.contextmanager

@@ -1,12 +1,17 @@
 """Package surface: public names, DG_* environment parsing (deep_gemm/envs.py), header discovery."""
 import dataclasses
+import importlib.metadata
 import os
+import sys
 
 import pytest
 
 import deep_gemm
 from deep_gemm import envs, jit
+from deep_gemm.jit.compiler import NVRTCCompiler
 from deep_gemm.jit.paths import project_headers, project_include_dir
+
+DISTRIBUTION = "deepgemm-sm90"  # pyproject.toml [project] name; the import name stays deep_gemm
 
 FLAGS = {"DG_JIT_USE_NVCC": "jit_use_nvcc", "DG_JIT_DEBUG": "jit_debug", "DG_PRINT_CONFIGS": "print_configs",
          "DG_JIT_PTXAS_VERBOSE": "ptxas_verbose"}
@@ -100,3 +105,46 @@ def test_project_headers_feed_the_cache_key():
     assert os.path.join("deep_gemm", "common", "scheduler.cuh") in headers
     for rel in headers:
         assert not os.path.isabs(rel) and os.path.isfile(os.path.join(project_include_dir(), rel))
+
+
+def test_version_is_single_sourced():
+    dist = importlib.metadata.distribution(DISTRIBUTION)
+    assert dist.version == deep_gemm.__version__
+    assert "deep_gemm" in dist.read_text("top_level.txt").split()
+
+
+def test_py_typed_ships_with_the_package():
+    assert os.path.isfile(os.path.join(os.path.dirname(deep_gemm.__file__), "py.typed"))
+
+
+@pytest.mark.parametrize("version", [(12, 8), (12, 9), (13, 0), (13, 3)])
+def test_nvrtc_versions_accepted(monkeypatch, version):
+    from cuda.bindings import nvrtc
+    monkeypatch.setattr(nvrtc, "nvrtcVersion", lambda: (nvrtc.nvrtcResult.NVRTC_SUCCESS, *version))
+    assert NVRTCCompiler().loaded_identity() == "nvrtc-%d.%d" % version
+
+
+@pytest.mark.parametrize("version", [(11, 8), (12, 6), (12, 7)])
+def test_old_nvrtc_refused(monkeypatch, version):
+    from cuda.bindings import nvrtc
+    monkeypatch.setattr(nvrtc, "nvrtcVersion", lambda: (nvrtc.nvrtcResult.NVRTC_SUCCESS, *version))
+    with pytest.raises(jit.ToolchainError, match=r"NVRTC %d\.%d is too old.*12\.8\+.*\[cu13\].*\[cu12\]" % version):
+        NVRTCCompiler().loaded_identity()
+
+
+def test_missing_nvrtc_library_names_the_extras(monkeypatch):
+    from cuda.bindings import nvrtc
+
+    def not_found():
+        raise RuntimeError("Unable to load libnvrtc.so")
+    monkeypatch.setattr(nvrtc, "nvrtcVersion", not_found)
+    with pytest.raises(jit.ToolchainError, match=r"NVRTC could not be loaded.*libnvrtc.*\[cu13\].*\[cu12\]"):
+        NVRTCCompiler().loaded_identity()
+
+
+def test_missing_cuda_bindings_names_the_extras(monkeypatch):
+    import cuda.bindings
+    monkeypatch.delattr(cuda.bindings, "nvrtc", raising=False)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.nvrtc", None)
+    with pytest.raises(jit.ToolchainError, match=r"cuda-bindings is required.*\[cu13\].*\[cu12\]"):
+        NVRTCCompiler().loaded_identity()

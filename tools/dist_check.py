@@ -4,7 +4,10 @@ over NCCL, or, with fewer GPUs than ranks, ranks sharing GPUs over gloo (the cac
 each result, compares the bits across ranks (same problem and seed on every rank), sums failures and kernel
 compiles over the ranks and, on rank 0, checks the shared cache holds only complete entries, each compiled exactly
 once (started from an empty DG_JIT_CACHE_DIR, the summed compiles must equal the entries).
-Usage: DG_JIT_CACHE_DIR=<empty dir> python -m torch.distributed.run --nproc_per_node 2 tools/dist_check.py [N]"""
+Usage (repo root):
+  DG_JIT_CACHE_DIR=<empty dir> python -m torch.distributed.run --nproc_per_node 2 -m tools.dist_check [N]
+(N random sweep problems per rank, default 20; --help works without a GPU)."""
+import argparse
 import hashlib
 import os
 import sys
@@ -14,9 +17,7 @@ import torch
 import torch.distributed as dist
 
 import deep_gemm
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from gemm_cases import SPECS, SPEC_BY_NAME, sweep_problems  # noqa: E402
+from tests.gemm_cases import SPECS, SPEC_BY_NAME, sweep_problems
 
 
 def _footprint_bytes(problem: dict) -> int:
@@ -32,7 +33,10 @@ def _footprint_bytes(problem: dict) -> int:
 
 
 def main() -> None:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__[__doc__.index("Usage"):],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("count", nargs="?", type=int, default=20, help="random sweep problems per rank")
+    count = parser.parse_args().count
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     own_gpu = torch.cuda.device_count() >= world  # NCCL refuses two ranks on one GPU

@@ -13,6 +13,10 @@ locks, a lock held past ``LOCK_TIMEOUT_S``), processes compile concurrently and 
 An entry that fails its integrity check (size + sha256 recorded in meta.json, ELF magic) is moved aside and rebuilt.
 A cache directory that cannot be written raises `CacheError` naming DG_JIT_CACHE_DIR when a kernel is missing;
 hits need no write access (a read-only, pre-filled cache works).
+
+Use: a hit sets the entry directory's mtime to now (at most once per `TOUCH_INTERVAL_S`, and only where it may
+write), so the mtime is the entry's last use; `python -m deep_gemm cache prune` removes the least recently used.
+Removal (`KernelCache.remove`) is rename-then-delete; see there why that, and not the key's lock.
 """
 import contextlib
 import glob
@@ -20,10 +24,12 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import uuid
-from typing import Callable, Iterator, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 try:
     import fcntl
@@ -37,6 +43,7 @@ META = "meta.json"
 SOURCE = "kernel.cu"
 _FORMAT = 1
 LOCK_TIMEOUT_S = 900.0  # longer than any compile; a holder stuck beyond it is ignored
+TOUCH_INTERVAL_S = 3600.0  # pruning works in days: one mtime write per hour of use is plenty
 
 
 class CacheError(RuntimeError):
@@ -134,7 +141,11 @@ class KernelCache:
     def load(self, name: str, key: str) -> Optional[bytes]:
         """The cached cubin, or None when absent or corrupted (a corrupted entry is moved aside)."""
         path = self.entry_dir(name, key)
-        if not os.path.isdir(path):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
             return None
         try:
             with open(os.path.join(path, META)) as f:
@@ -147,24 +158,67 @@ class KernelCache:
         except (OSError, ValueError):
             ok = False
         if ok:
+            if time.time() - st.st_mtime > TOUCH_INTERVAL_S and os.access(path, os.W_OK):
+                with contextlib.suppress(OSError):  # a cache we may not write still serves hits
+                    os.utime(path)
             return cubin
         self._discard(path)
         return None
 
-    def _discard(self, path: str) -> None:
+    def _discard(self, path: str) -> bool:
+        """Rename `path` aside, then delete it; False if it was already gone (someone else moved or replaced it)."""
         trash = f"{path}.bad.{uuid.uuid4().hex}"
         try:
             os.rename(path, trash)
         except OSError:
-            return  # someone else already moved or replaced it
+            return False
         if os.path.isdir(trash) and not os.path.islink(trash):
             shutil.rmtree(trash, ignore_errors=True)
         else:
             with contextlib.suppress(OSError):
                 os.remove(trash)
+        return True
 
-    def store(self, name: str, key: str, cubin: bytes, source: str, extra: dict) -> None:
-        """Publish an entry atomically; if another process published first, keep theirs."""
+    def entries(self) -> List["Entry"]:
+        """The published entries, most recently used first (no temp or discarded directories)."""
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return []
+        out = []
+        for dirname in names:
+            name, _, key = dirname.rpartition(".")
+            if dirname.startswith(".") or ".bad." in dirname or not name or len(key) != 32:
+                continue
+            path = os.path.join(self.root, dirname)
+            try:
+                st = os.stat(path)
+                size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+            except OSError:
+                continue  # removed meanwhile, or not a directory
+            try:
+                with open(os.path.join(path, META)) as f:
+                    meta = json.load(f)
+            except (OSError, ValueError):
+                meta = None
+            out.append(Entry(name, key, path, size, st.st_mtime, meta if isinstance(meta, dict) else None))
+        return sorted(out, key=lambda e: e.last_used, reverse=True)
+
+    def remove(self, entry: "Entry") -> bool:
+        """Remove one entry; False if it was already gone.
+
+        NOTES: rename-then-delete rather than the key's lock: hits take no lock (they must stay cheap and work on a
+        read-only cache), so holding it would not keep a reader out. The rename makes the entry vanish in one step:
+        a reader finds the whole entry or none (one whose read straddles the rename fails the integrity check and
+        rebuilds, as for a corrupted entry), and a writer publishing meanwhile either lands after the rename (its
+        entry stays) or before it (removed, as asked). The trash name is the one the key's next lock holder sweeps
+        (`remove_leftovers`) should this process die mid-delete."""
+        return self._discard(entry.path)
+
+    def store(self, name: str, key: str, cubin: bytes, source: str, extra: dict,
+              dumps: Optional[Mapping[str, str]] = None) -> None:
+        """Publish an entry atomically; if another process published first, keep theirs. `dumps`: more text files
+        of the entry (file name -> text: the DG_JIT_DUMP_* diagnostics)."""
         try:
             os.makedirs(self.root, exist_ok=True)
             tmp = tempfile.mkdtemp(prefix=f".tmp.{name}.{key}.", dir=self.root)
@@ -180,6 +234,9 @@ class KernelCache:
                         created=time.time(), **extra)
             with open(os.path.join(tmp, META), "w") as f:
                 json.dump(meta, f, indent=1)
+            for fname, text in (dumps or {}).items():
+                with open(os.path.join(tmp, fname), "w") as f:
+                    f.write(text)
             for fname in (CUBIN, SOURCE, META):
                 fd = os.open(os.path.join(tmp, fname), os.O_RDONLY)
                 try:
@@ -205,8 +262,9 @@ class KernelCache:
 
 
 def get_or_build(cache: KernelCache, name: str, key: str, source: str,
-                 build: Callable[[], Tuple[bytes, dict]]) -> Tuple[bytes, bool]:
-    """Return (cubin, was_cached). On a miss, compile under the key's lock (see the module docstring)."""
+                 build: Callable[[], Tuple[bytes, dict, Dict[str, str]]]) -> Tuple[bytes, bool]:
+    """Return (cubin, was_cached). On a miss, compile under the key's lock (see the module docstring); `build`
+    returns (cubin, meta.json extras, dumps) as `KernelCache.store` takes them."""
     cubin = cache.load(name, key)
     if cubin is not None:
         return cubin, True
@@ -216,6 +274,33 @@ def get_or_build(cache: KernelCache, name: str, key: str, source: str,
             if cubin is not None:
                 return cubin, True
             cache.remove_leftovers(name, key)
-        cubin, extra = build()
-        cache.store(name, key, cubin, source, extra)
+        cubin, extra, dumps = build()
+        cache.store(name, key, cubin, source, extra, dumps)
     return cubin, False
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    key: str
+    path: str
+    size: int             # bytes on disk (the entry's files)
+    last_used: float      # the directory's mtime: creation or last hit (see TOUCH_INTERVAL_S)
+    meta: Optional[dict]  # meta.json (None if unreadable); "kernel" is the instantiation
+
+
+def prune_plan(entries: List[Entry], now: float, older_than_s: Optional[float] = None,
+               max_size: Optional[int] = None) -> List[Entry]:
+    """The entries to remove: those unused for more than `older_than_s`, then the least recently used until the
+    rest fits in `max_size` bytes."""
+    keep = sorted(entries, key=lambda e: e.last_used, reverse=True)
+    drop = []
+    if older_than_s is not None:
+        drop = [e for e in keep if now - e.last_used > older_than_s]
+        keep = [e for e in keep if now - e.last_used <= older_than_s]
+    if max_size is not None:
+        total = sum(e.size for e in keep)
+        while keep and total > max_size:
+            total -= keep[-1].size
+            drop.append(keep.pop())
+    return drop

@@ -2,6 +2,7 @@
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,11 +44,35 @@ class Compiler:
         """Name + version; part of the cache key."""
         raise NotImplementedError
 
-    def flags(self, arch: str, ptxas_verbose: bool = False) -> List[str]:
+    def flags(self, arch: str, ptxas_verbose: bool = False, lineinfo: bool = False) -> List[str]:
         raise NotImplementedError
 
-    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False) -> CompileResult:
+    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False,
+                lineinfo: bool = False) -> CompileResult:
         raise NotImplementedError
+
+
+def compile_options(env) -> dict:
+    """The keyword options of `Compiler.flags` / `compile` that the DG_* variables ask for (one place, so that the
+    cache keys of jit.build and of parallel.missing agree)."""
+    # NOTES: DG_JIT_PTXAS_CHECK needs the ptxas report, hence -v.
+    return dict(ptxas_verbose=env.ptxas_verbose or env.jit_ptxas_check, lineinfo=env.jit_with_lineinfo)
+
+
+_PTXAS_FRAME = re.compile(r"Function properties for (\S+)\s*\n[^\n]*?(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                          r"(\d+) bytes spill loads")
+
+
+def check_ptxas_report(log: str, what: str) -> None:
+    """DG_JIT_PTXAS_CHECK: raise CompileError if ptxas reports local memory (stack frame, spills) in any function
+    of `log` (a compile log with ptxas -v), or if the log holds no ptxas report at all."""
+    frames = _PTXAS_FRAME.findall(log)
+    if not frames:
+        raise CompileError(f"DG_JIT_PTXAS_CHECK: no ptxas report in the compile log of {what}:\n{log}")
+    bad = [f"{fn}: {stack} bytes stack frame, {stores} bytes spill stores, {loads} bytes spill loads"
+           for fn, stack, stores, loads in frames if int(stack) or int(stores) or int(loads)]
+    if bad:
+        raise CompileError(f"DG_JIT_PTXAS_CHECK: {what} uses local memory:\n" + "\n".join(bad))
 
 
 def _check_nvrtc(result, prog=None, what: str = "NVRTC call") -> None:
@@ -66,6 +91,19 @@ def _nvrtc_log(prog) -> str:
     buf = bytearray(size)
     nvrtc.nvrtcGetProgramLog(prog, buf)
     return bytes(buf).rstrip(b"\0").decode(errors="replace")
+
+
+# NOTES: 12.8 is the oldest NVRTC verified to compile every kernel (tests/jit/test_compile*.py); the cubins of CUDA 12.x
+# need an R525+ driver, those of 13.x R580+.
+MIN_NVRTC = (12, 8)
+_NVRTC_INSTALL = ("install the CUDA extra matching your driver: `pip install deepgemm-sm90[cu13]` (CUDA 13.0, driver "
+                  "R580+) or `pip install deepgemm-sm90[cu12]` (CUDA 12.8+)")
+
+
+def check_nvrtc_version(major: int, minor: int) -> None:
+    if (major, minor) < MIN_NVRTC:
+        raise ToolchainError(f"NVRTC {major}.{minor} is too old: deep_gemm needs NVRTC "
+                             f"{MIN_NVRTC[0]}.{MIN_NVRTC[1]}+ (CUDA 12.8+ or 13.x); {_NVRTC_INSTALL}")
 
 
 class NVRTCCompiler(Compiler):
@@ -99,20 +137,27 @@ class NVRTCCompiler(Compiler):
         """The version reported by the NVRTC library itself (loads it)."""
         try:
             from cuda.bindings import nvrtc
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise ToolchainError("cuda-bindings is required for NVRTC: `pip install cuda-bindings==13.0.3`") from e
-        err, major, minor = nvrtc.nvrtcVersion()
+        except ImportError as e:
+            raise ToolchainError(f"cuda-bindings is required for NVRTC ({e}); {_NVRTC_INSTALL}") from e
+        try:
+            err, major, minor = nvrtc.nvrtcVersion()
+        except RuntimeError as e:  # cuda-bindings (cuda.pathfinder) found no libnvrtc
+            raise ToolchainError(f"NVRTC could not be loaded ({e}); {_NVRTC_INSTALL}") from e
         _check_nvrtc(err, what="nvrtcVersion")
+        check_nvrtc_version(major, minor)
         return f"nvrtc-{major}.{minor}"
 
-    def flags(self, arch: str, ptxas_verbose: bool = False) -> List[str]:
+    def flags(self, arch: str, ptxas_verbose: bool = False, lineinfo: bool = False) -> List[str]:
         flags = [f"--gpu-architecture={check_arch(arch)}", "-default-device", *_COMMON_FLAGS]
         flags += [f"-I{d}" for d in include_dirs()]
         if ptxas_verbose:
             flags.append("--ptxas-options=-v")
+        if lineinfo:
+            flags.append("--generate-line-info")
         return flags
 
-    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False) -> CompileResult:
+    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False,
+                lineinfo: bool = False) -> CompileResult:
         from cuda.bindings import nvrtc
         if self.loaded_identity() != self.identity():
             record = os.path.join(read_env().jit_cache_dir, "nvrtc_identity")
@@ -122,7 +167,7 @@ class NVRTCCompiler(Compiler):
         err, prog = nvrtc.nvrtcCreateProgram(code.encode(), b"deep_gemm_kernel.cu", 0, [], [])
         _check_nvrtc(err, what="nvrtcCreateProgram")
         try:
-            opts = [f.encode() for f in self.flags(arch, ptxas_verbose)]
+            opts = [f.encode() for f in self.flags(arch, ptxas_verbose, lineinfo)]
             (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
             log = _nvrtc_log(prog)
             if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -195,7 +240,7 @@ class NVCCCompiler(Compiler):
         out = subprocess.run([self.path, "--version"], capture_output=True, text=True, check=True).stdout
         return "nvcc-" + out.strip().splitlines()[-1].strip()
 
-    def flags(self, arch: str, ptxas_verbose: bool = False) -> List[str]:
+    def flags(self, arch: str, ptxas_verbose: bool = False, lineinfo: bool = False) -> List[str]:
         arch = check_arch(arch)
         # NOTES: the -gencode form; `-arch=sm_90a` also ran a plain sm_90 pass on some nvcc versions.
         flags = [f"-gencode=arch=compute_{arch[3:]},code={arch}", "-O3", "--expt-relaxed-constexpr",
@@ -203,20 +248,23 @@ class NVCCCompiler(Compiler):
         flags += [f"-I{d}" for d in include_dirs()]
         if ptxas_verbose:
             flags.append("-Xptxas=-v")
+        if lineinfo:
+            flags.append("-lineinfo")
         return flags
 
     def _run(self, args: List[str]) -> Tuple[str, int]:
         proc = subprocess.run(args, capture_output=True, text=True)
         return proc.stdout + proc.stderr, proc.returncode
 
-    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False) -> CompileResult:
+    def compile(self, code: str, arch: str, want_ptx: bool = False, ptxas_verbose: bool = False,
+                lineinfo: bool = False) -> CompileResult:
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="deep_gemm_nvcc_") as tmp:
             src = os.path.join(tmp, "kernel.cu")
             with open(src, "w") as f:
                 f.write(code)
             out = os.path.join(tmp, "kernel.cubin")
-            flags = self.flags(arch, ptxas_verbose)
+            flags = self.flags(arch, ptxas_verbose, lineinfo)
             log, rc = self._run([self.path, "-cubin", src, "-o", out, *flags])
             if rc != 0:
                 raise CompileError(f"nvcc failed (exit {rc}): {' '.join([self.path, '-cubin', src, *flags])}\n{log}")

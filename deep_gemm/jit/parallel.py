@@ -6,17 +6,21 @@ starts in ~0.1 s, and the caller's CUDA state never meets a fork. Workers publis
 usual atomic rename; whatever a worker fails to build is simply built (and its error raised) by the caller later.
 """
 import json
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 from typing import List, Sequence
 
+from .. import log
 from ..envs import read_env
 from .cache import KernelCache, cache_key
 from .codegen import KernelSource
-from .compiler import get_compiler
+from .compiler import compile_options, get_compiler
 from . import counters
+
+_log = logging.getLogger("deep_gemm.jit")
 
 _WORKER = r"""
 import json, os, sys, types
@@ -38,7 +42,7 @@ def missing(sources: Sequence[KernelSource], arch: str) -> List[KernelSource]:
     """The sources whose cubin is not in the disk cache (for the current compiler and flags)."""
     env = read_env()
     compiler = get_compiler(env.jit_use_nvcc, env.jit_nvcc_path)
-    flags = compiler.flags(arch, env.ptxas_verbose)
+    flags = compiler.flags(arch, **compile_options(env))
     cache = KernelCache(env.jit_cache_dir)
     out = []
     for s in sources:
@@ -54,6 +58,7 @@ def build_many(sources: Sequence[KernelSource], arch: str, jobs: int = 0) -> int
     todo = missing(sources, arch)
     if not todo:
         return 0
+    log.apply_env(read_env())
     jobs = max(1, min(len(todo), jobs or min(16, os.cpu_count() or 1)))
     package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     procs = []
@@ -72,8 +77,8 @@ def build_many(sources: Sequence[KernelSource], arch: str, jobs: int = 0) -> int
             counters.add(json.loads(report[-1]))
         except (ValueError, IndexError):
             pass  # a worker that died early reports nothing; the caller builds what it missed
-        if proc.wait() != 0 and read_env().jit_debug:
+        if proc.wait() != 0 and _log.isEnabledFor(logging.DEBUG):
             errors.seek(0)
-            print(f"[deep_gemm] a precompile worker failed:\n{errors.read()}", file=sys.stderr)
+            _log.debug("a precompile worker failed:\n%s", errors.read())
         errors.close()
     return len(todo)

@@ -109,6 +109,11 @@ def find_cuobjdump() -> Optional[str]:
 
 def disassemble(cubin: bytes, cuobjdump: Optional[str] = None) -> Dict[str, List[Instruction]]:
     """{mangled function name: instructions} of every kernel in `cubin`."""
+    return parse_sass(sass_text(cubin, cuobjdump))
+
+
+def sass_text(cubin: bytes, cuobjdump: Optional[str] = None) -> str:
+    """`cuobjdump -sass` of `cubin` (FileNotFoundError when cuobjdump/nvdisasm are not found)."""
     tool = cuobjdump or find_cuobjdump()
     nvdisasm = _find_tool("nvdisasm")
     if tool is None or nvdisasm is None:
@@ -123,7 +128,7 @@ def disassemble(cubin: bytes, cuobjdump: Optional[str] = None) -> Dict[str, List
         proc = subprocess.run([tool, "-sass", path], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{tool} -sass failed (exit {proc.returncode}):\n{proc.stderr}")
-    return parse_sass(proc.stdout)
+    return proc.stdout
 
 
 def pick_function(functions: Dict[str, List[Instruction]], name_contains: str = "") -> List[Instruction]:

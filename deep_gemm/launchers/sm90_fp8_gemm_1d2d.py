@@ -1,13 +1,12 @@
 """Kernel family of include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (dense, MoE contiguous and masked GEMMs): validation
 of each op's arguments into a layout, the kernel configuration, and the `_C` plan that launches it."""
 import numbers
-import sys
 from dataclasses import dataclass, field
-from typing import Dict, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from .. import _C, jit
+from .. import _C, jit, log
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, KernelType, get_config
 from ..heuristics.common import ceil_div, get_forced_config, walks_groups
@@ -57,12 +56,40 @@ def clear_kernels() -> None:
     _kernels.clear()
 
 
+def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelType, num_groups: int) -> GemmConfig:
+    """The configuration a call loads; m: rows (dense, contiguous) or expected rows per group (masked, psum)."""
+    return get_forced_config() or get_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
+
+
+def runtime_kernels(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL,
+                    ms: Optional[Iterable[int]] = None, num_groups: int = 1,
+                    psum_alignment: int = 0) -> List[jit.KernelSource]:
+    """The distinct kernels calls of (kind, n, k) load, for heuristic m in `ms` (as `kernel_config`); `ms=None`:
+    every kernel any m can pick, which is also what the first-sight precompile builds (dense and contiguous only:
+    a masked or psum kernel depends on expected_m and the group count)."""
+    if ms is None:
+        if walks_groups(kind):
+            raise ValueError(f"the {kind.value} kernels depend on expected_m: give the expected m values")
+        configs = sm90_kernel_variants(n, k, num_sms, kind)
+    else:
+        configs = [kernel_config(m, n, k, num_sms, arch, kind, num_groups) for m in ms]
+    sources = {}
+    for config in configs:
+        source = kernel_source(n, k, config, kind, psum_alignment)
+        sources.setdefault(source.instantiation(), source)
+    return list(sources.values())
+
+
 def precompile_variants(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL) -> int:
     """Compile (into the disk cache) every kernel the heuristic can pick for (n, k) at any m, in parallel
     processes; returns how many were missing. Called on the first sight of (n, k) unless DG_JIT_PRECOMPILE=0,
-    so that a later new m never waits for a compile (dense and contiguous grouped GEMMs)."""
-    variants = sm90_kernel_variants(n, k, num_sms, kind)
-    return jit.build_many([kernel_source(n, k, c, kind) for c in variants], arch)
+    so that a later new m never waits for a compile (dense and contiguous grouped GEMMs). Only the node's compile
+    leader (deep_gemm.warmup.is_compile_leader) spawns workers: other ranks build what they use, waiting on the
+    cache's per-kernel locks for the leader's compiles."""
+    from ..warmup import is_compile_leader
+    if not is_compile_leader():
+        return 0
+    return jit.build_many(runtime_kernels(n, k, num_sms, arch, kind), arch)
 
 
 def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, kind: KernelType,
@@ -72,10 +99,10 @@ def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, 
     key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups, psum_alignment)
     kernel = _kernels.get(key)
     if kernel is None:
-        config = forced or get_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
+        config = kernel_config(m, n, k, num_sms, arch, kind, num_groups)
         env = read_env()
-        if env.print_configs:
-            print(f"[deep_gemm] {kind.value} m={m} n={n} k={k} groups={num_groups}: {config}", file=sys.stderr)
+        log.apply_env(env)
+        log.configs.debug("%s m=%d n=%d k=%d groups=%d: %s", kind.value, m, n, k, num_groups, config)
         if env.jit_precompile and forced is None and not walks_groups(kind) \
                 and (n, k, num_sms, arch, kind) not in _seen_nk:
             _seen_nk.add((n, k, num_sms, arch, kind))
@@ -85,6 +112,14 @@ def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, 
                           config.smem_size)
         kernel = _kernels[key] = _Kernel(config, loaded.function(device_index))
     return kernel
+
+
+def _call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int) -> _Kernel:
+    """The kernel of a call with A and B (as in `build_plan`): the heuristic sees A's rows, or expected_m for the
+    kernels that walk groups."""
+    num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
+    m = expected_m if walks_groups(kind) else a.shape[0]
+    return _kernel(m, n, a.shape[-1], num_sms, a.device.index, arch, kind, num_groups, psum_alignment)
 
 
 def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0, psum_alignment: int = 0):
@@ -105,17 +140,15 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
         a2, out2 = a.view(rows, k), out.view(rows, n)
         sa_inner, sa_outer, sa_stride = m_max, num_groups * kb, sa.stride(2) if kb > 1 else \
             get_tma_aligned_size(m_max, 4)
-        heuristic_m, shape_m = expected_m, m_max
+        shape_m = m_max
     else:
         rows = a.shape[0]
         a2, out2 = a, out
         sa_inner, sa_outer, sa_stride = rows, kb, sa.stride(1) if kb > 1 else get_tma_aligned_size(rows, 4)
-        heuristic_m = shape_m = rows
-        if kind == KernelType.M_GROUPED_PSUM:
-            heuristic_m = expected_m
+        shape_m = rows
     b2 = b.view(num_groups * n, k)
     device_index = a.device.index
-    kernel = _kernel(heuristic_m, n, k, num_sms, device_index, arch, kind, num_groups, psum_alignment)
+    kernel = _call_kernel(kind, a, b, num_sms, arch, expected_m, psum_alignment)
     cfg = kernel.config
     out_row_stride = checks.tma_row_stride(out2)
     params = ParamBuffer()
@@ -202,6 +235,12 @@ class GemmLayout:
         if self.ragged_n:
             out.copy_(target[:, :out.shape[1]])
         return plan if (sa_k is sa and sb_k is sb and target is out) else None
+
+    def load_kernel(self, lhs, rhs, out, index=None, *host_ints) -> None:
+        """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing, write
+        nothing."""
+        if self.action == "launch":
+            _call_kernel(self.kind, lhs[0], rhs[0], self.num_sms, self.arch, self.expected_m, self.psum_alignment)
 
     def _launch(self, tensors):
         geometry = checks.tensor_geometry(tensors)

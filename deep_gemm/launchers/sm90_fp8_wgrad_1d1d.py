@@ -3,13 +3,12 @@ D += A B^T): validation of each op's arguments into a layout, the kernel configu
 
 A launch covers up to MAX_GROUPS_PER_LAUNCH groups: their A/B tensor maps and K extents travel as one kernel
 parameter (`WgradGroups`), so nothing is copied to the device and a captured CUDA graph replays them by value."""
-import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 import torch
 
-from .. import _C, jit
+from .. import _C, jit, log
 from ..envs import read_env
 from ..heuristics.common import GemmConfig, ceil_div, get_forced_config
 from ..heuristics.sm90_wgrad import MAX_GROUPS_PER_LAUNCH, get_wgrad_config, group_capacity
@@ -51,15 +50,22 @@ def clear_kernels() -> None:
     _kernels.clear()
 
 
+def kernel_choice(m: int, n: int, groups: int, num_sms: int) -> Tuple[GemmConfig, int]:
+    """(configuration, group capacity) of the kernel a call over `groups` groups of [m, n] outputs loads; its source
+    is `kernel_source(n, config, capacity)`."""
+    return (get_forced_config() or get_wgrad_config(m, n, min(groups, MAX_GROUPS_PER_LAUNCH), num_sms),
+            group_capacity(groups))
+
+
 def _kernel(m: int, n: int, groups: int, num_sms: int, device_index: int, arch: str) -> _Kernel:
     capacity = group_capacity(groups)
     forced = get_forced_config()
     key = (m, n, capacity, num_sms, device_index, arch, forced)
     kernel = _kernels.get(key)
     if kernel is None:
-        config = forced or get_wgrad_config(m, n, min(groups, MAX_GROUPS_PER_LAUNCH), num_sms)
-        if read_env().print_configs:
-            print(f"[deep_gemm] wgrad m={m} n={n} groups={groups}: {config}", file=sys.stderr)
+        config, _ = kernel_choice(m, n, groups, num_sms)
+        log.apply_env(read_env())
+        log.configs.debug("wgrad m=%d n=%d groups=%d: %s", m, n, groups, config)
         ensure_context(device_index)
         loaded = jit.load(kernel_source(n, config, capacity), arch, config.num_threads, config.smem_size)
         kernel = _kernels[key] = _Kernel(config, capacity, loaded.function(device_index))
@@ -227,6 +233,12 @@ class WgradLayout:
         if target is not out:
             out.copy_(target)
         return plan if (sa_k is sa and sb_k is sb and target is out) else None
+
+    def load_kernel(self, lhs, rhs, out, batch_sizes=None) -> None:
+        """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing, write
+        nothing."""
+        if not self.nothing_to_do:
+            _kernel(self.m, self.n, len(self.ks), self.num_sms, self.device.index, self.arch)
 
     def _launch(self, tensors, sa_stride: int, sb_stride: int):
         geometry = (checks.tensor_geometry(tensors), sa_stride, sb_stride)

@@ -16,7 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _run_two_ranks(tmp_path, problems: int) -> str:
     env = dict(os.environ, DG_JIT_CACHE_DIR=str(tmp_path / "shared_cache"))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           os.path.join(REPO, "tools", "dist_check.py"), str(problems)],
+                           "-m", "tools.dist_check", str(problems)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         print(proc.stdout[-20000:], proc.stderr[-8000:])  # shown in the failure report

@@ -1,4 +1,4 @@
-"""On-disk kernel cache (deep_gemm/jit/cache.py), jit.build on top of it, and the AOT CLI (python -m deep_gemm)."""
+"""On-disk kernel cache (deep_gemm/jit/cache.py) and jit.build on top of it (the AOT CLI: tests/test_cli.py)."""
 import functools
 import hashlib
 import json
@@ -14,11 +14,10 @@ import pytest
 
 import deep_gemm
 from deep_gemm import jit
-from deep_gemm.__main__ import main as cli_main
 from deep_gemm.envs import read_env
 from deep_gemm.heuristics import GemmProblem, get_config
-from deep_gemm.jit.cache import META, CUBIN, SOURCE, KernelCache, cache_key, get_or_build
-from deep_gemm.jit.compiler import get_compiler
+from deep_gemm.jit.cache import META, CUBIN, SOURCE, TOUCH_INTERVAL_S, Entry, KernelCache, cache_key, get_or_build, prune_plan
+from deep_gemm.jit.compiler import compile_options, get_compiler
 from deep_gemm.jit.paths import project_include_dir
 from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
 
@@ -37,7 +36,7 @@ def build_key(source: jit.KernelSource) -> str:
     """The key jit.build uses for `source` under the current environment."""
     env = read_env()
     compiler = get_compiler(env.jit_use_nvcc, env.jit_nvcc_path)
-    return cache_key(source.code(), compiler.identity(), compiler.flags(ARCH, env.ptxas_verbose), ARCH)
+    return cache_key(source.code(), compiler.identity(), compiler.flags(ARCH, **compile_options(env)), ARCH)
 
 
 def fake_cubin(tag: bytes = b"") -> bytes:
@@ -225,7 +224,7 @@ def test_get_or_build_calls_build_once(tmp_path):
 
     def build():
         calls.append(1)
-        return cubin, {}
+        return cubin, {}, {}
 
     assert get_or_build(cache, "toy", "k", "", build) == (cubin, False)
     assert get_or_build(cache, "toy", "k", "", build) == (cubin, True)
@@ -247,7 +246,7 @@ def test_unwritable_cache_dir_raises_cache_error(tmp_path, monkeypatch):
         monkeypatch.setenv("DG_JIT_CACHE_DIR", str(root))
         cache = KernelCache(read_env().jit_cache_dir)
         with pytest.raises(jit.CacheError, match="DG_JIT_CACHE_DIR"):
-            get_or_build(cache, "toy", "k", "", lambda: (fake_cubin(), {}))
+            get_or_build(cache, "toy", "k", "", lambda: (fake_cubin(), {}, {}))
         with pytest.raises(jit.CacheError, match="DG_JIT_CACHE_DIR"):
             cache.store("toy", "k", fake_cubin(), "", {})
     finally:
@@ -352,75 +351,6 @@ def test_concurrent_builds_publish_one_entry(tmp_path, cache_dir):
     assert hashlib.sha256(published).hexdigest() in {r["sha"] for r in results}
 
 
-# ---- AOT CLI ----
-
-def run_cli(args, cache_dir) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deep_gemm", *args], cwd=REPO, env=subprocess_env(cache_dir),
-                          capture_output=True, text=True, timeout=400)
-
-
-def test_cli_compile_then_cached(tmp_path, cache_dir):
-    first = run_cli(["compile", "--arch", ARCH, "--num-sms", "132", "--m", "64", "--n", "256", "--k", "128",
-                     "--jobs", "1"], cache_dir)
-    assert first.returncode == 0, first.stderr
-    assert any(line.startswith("built") for line in first.stdout.splitlines()), first.stdout
-    assert "1 kernels ready, 0 failed" in first.stdout
-    assert len(entries(cache_dir)) == 1
-
-    shapes = tmp_path / "shapes.txt"
-    shapes.write_text("# m n k\n64 256 128\n\n64, 256, 128  # same kernel again\n0 256 128\n")
-    second = run_cli(["compile", "--shapes", str(shapes), "--jobs", "1"], cache_dir)
-    assert second.returncode == 0, second.stderr
-    assert any(line.startswith("cached") for line in second.stdout.splitlines()), second.stdout
-    assert not any(line.startswith("built") for line in second.stdout.splitlines())
-    assert "shares the kernel" in second.stdout and "skip m=0" in second.stdout
-    assert len(entries(cache_dir)) == 1
-
-
-def test_cli_compiles_grouped_kernels(cache_dir):
-    """--kind masked/contiguous build the grouped instantiations, which the launcher then finds in the cache."""
-    from deep_gemm.heuristics import GemmProblem, KernelType, get_config
-    from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
-    result = run_cli(["compile", "--kind", "masked", "--groups", "8", "--m", "32", "--n", "256", "--k", "128",
-                      "--jobs", "1"], cache_dir)
-    assert result.returncode == 0, result.stderr
-    assert "1 kernels ready, 0 failed" in result.stdout
-    cfg = get_config(GemmProblem(32, 256, 128, 132, kernel_type=KernelType.M_GROUPED_MASKED, num_groups=8))
-    source = kernel_source(256, 128, cfg, KernelType.M_GROUPED_MASKED)
-    assert entries(cache_dir) == [f"{source.name}.{build_key(source)}"]
-
-
-def test_cli_masked_all_m_and_bad_groups_exit_2(capsys):
-    assert cli_main(["compile", "--kind", "masked", "--all-m", "--m", "64", "--n", "256", "--k", "128"]) == 2
-    assert "--all-m" in capsys.readouterr().err
-    assert cli_main(["compile", "--kind", "masked", "--groups", "0", "--m", "64", "--n", "256", "--k", "128"]) == 2
-    assert "--groups" in capsys.readouterr().err
-
-
-def test_cli_without_shapes_exits_2(capsys):
-    assert cli_main(["compile"]) == 2
-    assert "nothing to compile" in capsys.readouterr().err
-
-
-def test_cli_arch_without_kernels_exits_2(capsys):
-    assert cli_main(["compile", "--arch", "sm_100a", "--m", "64", "--n", "256", "--k", "128"]) == 2
-    assert "sm_100a" in capsys.readouterr().err
-
-
-def test_cli_bad_shapes_file(tmp_path):
-    shapes = tmp_path / "bad.txt"
-    shapes.write_text("64 256 128\n64 256\n")
-    with pytest.raises(SystemExit, match=r"bad.txt:2: expected 'm n k'"):
-        cli_main(["compile", "--shapes", str(shapes)])
-
-
-def test_cli_rejects_non_positive_num_sms(capsys):
-    with pytest.raises(SystemExit) as info:
-        cli_main(["compile", "--num-sms", "0", "--m", "64", "--n", "256", "--k", "128"])
-    assert info.value.code == 2
-    assert "--num-sms" in capsys.readouterr().err
-
-
 def test_build_many_fills_the_cache_in_parallel(tmp_path, monkeypatch):
     """The first-sight precompile: workers (which never import torch) publish every missing kernel."""
     from deep_gemm.heuristics.sm90 import sm90_kernel_variants
@@ -460,3 +390,110 @@ def test_nvrtc_identity_is_remembered_per_installation(tmp_path, monkeypatch):
     (tmp_path / "nvrtc_identity" / stamp).write_text("garbage")
     third = run()
     assert third.stdout.split() == [ident, "True"]  # an unreadable record is replaced by the loaded version
+
+
+# ---- use tracking, listing and removal (python -m deep_gemm cache) ----
+
+def age(path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def test_hit_marks_the_entry_used(tmp_path):
+    cache = KernelCache(str(tmp_path))
+    cubin = fake_cubin()
+    cache.store("toy", "k" * 32, cubin, "", {})
+    path = cache.entry_dir("toy", "k" * 32)
+    age(path, TOUCH_INTERVAL_S / 2)
+    before = os.stat(path).st_mtime
+    assert cache.load("toy", "k" * 32) == cubin
+    assert os.stat(path).st_mtime == before, "touched at most once per TOUCH_INTERVAL_S"
+    age(path, 3 * 86400)
+    assert cache.load("toy", "k" * 32) == cubin
+    assert time.time() - os.stat(path).st_mtime < 60
+    assert cache.entries()[0].last_used == os.stat(path).st_mtime
+
+
+def test_hit_on_a_read_only_entry_does_not_touch_it(tmp_path):
+    cache = KernelCache(str(tmp_path))
+    cubin = fake_cubin()
+    cache.store("toy", "k" * 32, cubin, "", {})
+    path = cache.entry_dir("toy", "k" * 32)
+    age(path, 3 * 86400)
+    before = os.stat(path).st_mtime
+    os.chmod(path, 0o555)
+    try:
+        assert cache.load("toy", "k" * 32) == cubin
+        if not os.access(path, os.W_OK):  # root writes anyway
+            assert os.stat(path).st_mtime == before
+    finally:
+        os.chmod(path, 0o755)
+
+
+def test_entries_lists_published_entries_only(tmp_path):
+    cache = KernelCache(str(tmp_path))
+    cache.store("toy.v2", "a" * 32, fake_cubin(), "// src", dict(kernel="toy<Config{X=1}>"))
+    cache.store("other", "b" * 32, fake_cubin(b"longer"), "", {})
+    age(cache.entry_dir("other", "b" * 32), 100)
+    os.makedirs(os.path.join(cache.root, f".tmp.toy.{'c' * 32}.xyz"))
+    os.makedirs(os.path.join(cache.root, f"toy.{'d' * 32}.bad.0123"))
+    got = cache.entries()
+    assert [(e.name, e.key) for e in got] == [("toy.v2", "a" * 32), ("other", "b" * 32)], "most recent first"
+    assert got[0].meta["kernel"] == "toy<Config{X=1}>"
+    assert got[0].size == sum(os.path.getsize(os.path.join(got[0].path, f)) for f in os.listdir(got[0].path))
+    assert KernelCache(str(tmp_path / "absent")).entries() == []
+
+
+def test_remove_is_rename_then_delete(tmp_path):
+    cache = KernelCache(str(tmp_path))
+    cache.store("toy", "a" * 32, fake_cubin(), "", {})
+    (entry,) = cache.entries()
+    assert cache.remove(entry) is True
+    assert os.listdir(cache.root) == [] and cache.load("toy", "a" * 32) is None
+    assert cache.remove(entry) is False, "already gone"
+
+
+def test_remove_under_concurrent_loads(tmp_path):
+    """Loaders racing with removals get the whole cubin or None, never a partial one."""
+    import threading
+    cache = KernelCache(str(tmp_path))
+    cubin = fake_cubin() * 1000
+    bad, stop = [], threading.Event()
+
+    def loader():
+        while not stop.is_set():
+            got = cache.load("toy", "a" * 32)
+            if got not in (None, cubin):
+                bad.append(got)
+
+    threads = [threading.Thread(target=loader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        cache.store("toy", "a" * 32, cubin, "", {})
+        for e in cache.entries():
+            cache.remove(e)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert bad == []
+
+
+def entry(name: str, size: int, last_used: float) -> Entry:
+    return Entry(name, "k" * 32, "/nowhere", size, last_used, None)
+
+
+@pytest.mark.parametrize("older_than,max_size,removed", [
+    (None, None, []),
+    (2 * 86400, None, ["c"]),
+    (None, 300, ["c"]),               # least recently used first, until the rest fits
+    (None, 299, ["c", "b"]),
+    (None, 600, []),
+    (None, 0, ["c", "b", "a"]),
+    (0.5 * 86400, 1000, ["b", "c"]),  # age first, then size
+    (2 * 86400, 100, ["c", "b"]),
+])
+def test_prune_plan(older_than, max_size, removed):
+    now = 10 * 86400
+    entries = [entry("a", 100, now - 60), entry("b", 200, now - 86400), entry("c", 300, now - 3 * 86400)]
+    assert [e.name for e in prune_plan(entries, now, older_than, max_size)] == removed

@@ -1,0 +1,86 @@
+"""GPU: compile mode launches nothing and writes nothing (also for layouts `_C` already launches by itself), and
+after deep_gemm.warmup of a shape set the first real calls compile nothing. Skipped without sm_90."""
+import pytest
+import torch
+
+import deep_gemm
+from deep_gemm import _C, jit, runtime
+from deep_gemm.launchers import sm90_fp8_gemm_1d2d as gemm_1d2d
+from gemm_cases import SPECS
+
+pytestmark = pytest.mark.gpu
+
+
+def _dense_fast_path_inputs(m=128, n=256, k=256):
+    """A dense call `_C` can launch by itself (SA already MN-major and TMA-aligned, nothing converted)."""
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda", dtype=torch.bfloat16))
+    b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((n, k), device="cuda", dtype=torch.bfloat16))
+    return (a8, deep_gemm.get_col_major_tma_aligned_tensor(sa)), (b8, sb)
+
+
+def test_compile_mode_bypasses_the_fast_path():
+    lhs, rhs = _dense_fast_path_inputs()
+    out = torch.empty((128, 256), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+    fast = _C.stats()["fast"]
+    deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+    assert _C.stats()["fast"] == fast + 1, "precondition: this layout is launched by `_C` itself"
+    expected = out.clone()
+
+    poisoned = torch.full_like(out, float("nan"))
+    deep_gemm.set_compile_mode(True)
+    try:
+        before = _C.stats()
+        deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, poisoned)
+        torch.cuda.synchronize()
+        after = _C.stats()
+    finally:
+        deep_gemm.set_compile_mode(False)
+    assert poisoned.isnan().all(), "compile mode wrote out"
+    assert after["fast"] == before["fast"] and after["plans"] == 0 and after["registered"] == before["registered"]
+    deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, poisoned)
+    torch.cuda.synchronize()
+    assert torch.equal(poisoned, expected), "the first call after compile mode computes as before"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_compile_mode_leaves_out_untouched(spec):
+    case = spec.build(spec.small, "cuda", 0)
+    snapshot = case.guarded.buf.clone()
+    deep_gemm.set_compile_mode(True)
+    try:
+        case.run()
+        torch.cuda.synchronize()
+    finally:
+        deep_gemm.set_compile_mode(False)
+    assert torch.equal(case.guarded.buf, snapshot), f"{case.desc}: compile mode wrote into the output buffer"
+    case.run()
+    case.check()
+
+
+def test_first_calls_after_warmup_compile_nothing(tmp_path, monkeypatch):
+    """The SPECS' small problems, first seen in this process with an empty cache and the first-sight precompile on:
+    after warmup of their shapes, every kernel comes from the disk cache."""
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DG_JIT_PRECOMPILE", "1")
+    runtime.clear_plans()
+    jit._loaded.clear()
+    gemm_1d2d._seen_nk.clear()
+    small = {s.name: s.small for s in SPECS}
+    d, c, mk = (small["gemm_fp8_fp8_bf16_nt"], small["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"],
+                small["m_grouped_gemm_fp8_fp8_bf16_nt_masked"])
+    w, kg = small["wgrad_gemm_fp8_fp8_fp32_nt"], small["k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"]
+    summary = deep_gemm.warmup(dense=[(d["n"], d["k"])], contiguous=[(c["n"], c["k"], len(c["sizes"]))],
+                               masked=[(mk["n"], mk["k"], mk["groups"], [mk["expected_m"]])],
+                               wgrad=[(w["m"], w["n"])], k_grouped=[(kg["m"], kg["n"], len(kg["ks"]))],
+                               progress=False)
+    assert summary["failures"] == [] and summary["compiled"] == summary["kernels"]
+    before = jit.stats()
+    for spec in SPECS:
+        case = spec.build(spec.small, "cuda", 0)
+        case.run()
+        case.check()
+    after = jit.stats()
+    assert after["compiled"] == before["compiled"], "a first call compiled a kernel warmup did not build"
+    assert after["disk_hits"] > before["disk_hits"], "the calls did load their kernels from the disk cache"
+    runtime.clear_plans()

@@ -1,0 +1,285 @@
+"""Time kernel configurations the heuristic may not pick, for one GEMM family (tuning aid; GPU machine).
+
+Usage: python -m tools.tune --family dense|grouped|masked|wgrad|k_grouped CASE ... [options]
+  CASE   dense, wgrad: MxNxK;  grouped (contiguous), masked: G:m:n:k (rows per group m x U(0.7, 1.3) with the
+         seeds of benchmarks/bench.py; --skew draws skewed expert loads around m instead: a fifth of the experts
+         empty, a tenth at 4m);  k_grouped: MxNxK:G (G groups of K each, one launch)
+  --bm / --bn        block sizes of the candidate grid (defaults per family); every legal pair, with and without
+                     2-CTA multicast where the family and shape allow it (dense, grouped, masked)
+  --max-stages S ... dense / grouped / masked: also try pipelines at most S deep
+  --configs BMxBN[:STAGES][:mcA|mcB] ...   time exactly these (STAGES: the depth for wgrad families, the maximum
+                     for the others) instead of the grid
+Every candidate is compiled in parallel first, checked against the dequantised reference (dense, wgrad,
+k_grouped), then timed with the bench method (kineto kernel time, L2 flush per call); '*' marks the heuristic's pick.
+"""
+import argparse
+import random
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+FAMILIES = ("dense", "grouped", "masked", "wgrad", "k_grouped")
+DEFAULT_TESTS = dict(dense=15, grouped=10, masked=10, wgrad=10, k_grouped=10)
+
+
+@dataclass
+class Problem:
+    """One case of a family, ready to run: `fn` launches it with whatever config is forced."""
+    label: str
+    fn: Callable[[], None]
+    kernel: str                                   # the kernel's name (kineto filter, ncu -k)
+    flops: int
+    picked: object                                # the heuristic's GemmConfig
+    make_config: Callable[..., object]            # (block_m, block_n, multicast, on_a, stages) -> GemmConfig
+    source: Callable[[object], object]            # GemmConfig -> jit.KernelSource
+    grid: Callable[[List[int], List[int], List[int]], list]   # (bms, bns, stages) -> GemmConfigs
+    check: Optional[Callable[[], float]] = None   # one call, then calc_diff against the reference
+
+
+def parse_case(family: str, case: str):
+    """The integers of a CASE (see the usage); ValueError naming the expected form."""
+    forms = dict(dense="MxNxK", wgrad="MxNxK", grouped="G:m:n:k", masked="G:m:n:k", k_grouped="MxNxK:G")
+    try:
+        if family in ("grouped", "masked"):
+            values = [int(v) for v in case.split(":")]
+        else:
+            shape, _, groups = case.partition(":")
+            values = [int(v) for v in shape.split("x")] + ([int(groups)] if family == "k_grouped" else [])
+            if family != "k_grouped" and groups:
+                raise ValueError
+        if len(values) != 4 - (family in ("dense", "wgrad")):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"CASE {case!r}: expected {forms[family]} for --family {family}") from None
+    return values
+
+
+def parse_config_spec(spec: str):
+    """'BMxBN[:STAGES][:mcA|mcB]' -> (block_m, block_n, multicast, on_a, stages or 0)."""
+    try:
+        parts = spec.split(":")
+        bm, bn = (int(v) for v in parts[0].split("x"))
+        stages = [int(p) for p in parts[1:] if p.isdigit()]
+        mc = [p for p in parts[1:] if not p.isdigit()]
+        if len(stages) > 1 or len(mc) > 1 or any(p not in ("mcA", "mcB") for p in mc):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"config {spec!r}: expected BMxBN[:STAGES][:mcA|mcB], e.g. 128x160:mcA") from None
+    return bm, bn, 2 if mc else 1, mc != ["mcB"], stages[0] if stages else 0
+
+
+def describe(cfg) -> str:
+    mc = "1" if cfg.num_multicast == 1 else f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
+    return f"{cfg.block_m:>3}x{cfg.block_n:<3} mc{mc} st{cfg.num_stages:<2} grid{cfg.num_sms:>3}"
+
+
+def _sm90_problem(family, values, bms, bns, skew) -> Problem:
+    """dense, grouped (contiguous) and masked: the 1D2D kernel."""
+    import torch
+
+    import deep_gemm
+    from benchmarks.bench import _grouped_weights, contiguous_m_indices, skewed_sizes
+    from deep_gemm.heuristics import GemmProblem, KernelType, get_config
+    from deep_gemm.heuristics.common import ceil_div
+    from deep_gemm.heuristics.sm90 import MAX_STAGES, _legal_block, build_sm90_config
+    from deep_gemm.launchers import sm90_fp8_gemm_1d2d
+    from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
+    sms = deep_gemm.get_num_sms()
+    check = None
+    if family == "dense":
+        m, n, k = values
+        kind, heur_m, label = KernelType.NORMAL, m, f"{m}x{n}x{k}"
+        a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda"))
+        b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((n, k), device="cuda"))
+        sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+        out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+        ref = dequant_per_token(a8, sa) @ dequant_per_block(b8, sb).t()
+        picked, rows, groups = get_config(GemmProblem(m, n, k, sms)), m, 1
+
+        def fn():
+            deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)
+
+        def check():
+            fn()
+            return calc_diff(out, ref)
+        default_bms = [128, 256]
+    else:
+        groups, m, n, k = values
+        rng = random.Random(groups * m + n + k)
+        sizes = skewed_sizes(groups, m, rng) if skew else [int(m * rng.uniform(0.7, 1.3)) for _ in range(groups)]
+        b8, sb = _grouped_weights(groups, n, k)
+        if family == "grouped":
+            kind = KernelType.M_GROUPED_CONTIGUOUS
+            layout = contiguous_m_indices(sizes)
+            heur_m = layout.numel()
+            a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((heur_m, k), device="cuda", dtype=torch.bfloat16))
+            sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+            out = torch.empty((heur_m, n), device="cuda", dtype=torch.bfloat16)
+
+            def fn():
+                deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a8, sa), (b8, sb), out, layout)
+            default_bms = [64, 128]
+        else:
+            kind, heur_m, m_max = KernelType.M_GROUPED_MASKED, m, 4096 if groups <= 32 else 1024
+            sizes = [min(s, m_max) for s in sizes]
+            layout = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+            a8, sa = deep_gemm.per_token_cast_to_fp8(
+                torch.randn((groups * m_max, k), device="cuda", dtype=torch.bfloat16))
+            a8, sa = a8.view(groups, m_max, k), deep_gemm.get_col_major_tma_aligned_tensor(sa.view(groups, m_max, -1))
+            out = torch.empty((groups, m_max, n), device="cuda", dtype=torch.bfloat16)
+
+            def fn():
+                deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a8, sa), (b8, sb), out, layout, m)
+            default_bms = [64, 128, 256]
+        rows = sum(sizes)
+        label = f"{family} {groups}x{m} {n}x{k} rows={rows} (sizes {sizes[:6]}{'...' if groups > 6 else ''})"
+        picked = get_config(GemmProblem(heur_m, n, k, sms, kernel_type=kind, num_groups=groups))
+    masked = kind == KernelType.M_GROUPED_MASKED
+
+    def make_config(bm, bn, mc, on_a, stages):
+        # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: the M blocks pair
+        # up, which the masked kernel cannot know on the host).
+        if mc == 2 and (ceil_div(n, bn) % 2 if on_a else masked or ceil_div(heur_m, bm) % 2):
+            raise ValueError(f"multicast {'A' if on_a else 'B'} does not pair up the blocks of {bm}x{bn}")
+        if not _legal_block(bm, bn):
+            raise ValueError(f"block {bm}x{bn} is not a legal 1D2D tile")
+        return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES, full_grid=masked)
+
+    def grid(bms, bns, max_stages):
+        out_cfgs = []
+        for stages in max_stages or [MAX_STAGES]:
+            for bm in bms or default_bms:
+                for bn in bns or ([96, 112, 128, 144, 160] if family == "dense" else [64, 96, 128, 160, 192]):
+                    for mc, on_a in ((1, True), (2, True), (2, False)):
+                        try:
+                            out_cfgs.append(make_config(bm, bn, mc, on_a, stages))
+                        except ValueError:
+                            continue
+        return out_cfgs
+    return Problem(label, fn, "fp8_gemm_1d2d", 2 * rows * n * k, picked, make_config,
+                   lambda cfg: sm90_fp8_gemm_1d2d.kernel_source(n, k, cfg, kind), grid, check)
+
+
+def _wgrad_problem(family, values, bms, bns) -> Problem:
+    """wgrad (dense API) and k_grouped (G groups of the same K, one launch): the 1D1D weight-gradient kernel."""
+    import torch
+
+    import deep_gemm
+    from deep_gemm.heuristics import sm90_wgrad
+    from deep_gemm.launchers import sm90_fp8_wgrad_1d1d
+    from deep_gemm.testing import calc_diff, dequant_per_token
+    m, n, k = values[:3]
+    groups = values[3] if family == "k_grouped" else 1
+    sms = deep_gemm.get_num_sms()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda", dtype=torch.bfloat16))
+    b8, sb = deep_gemm.per_token_cast_to_fp8(torch.randn((n, k), device="cuda", dtype=torch.bfloat16))
+    ref = dequant_per_token(a8, sa) @ dequant_per_token(b8, sb).t()
+    sa_t, sb_t = sa.t().contiguous(), sb.t().contiguous()
+    out = torch.zeros((groups, m, n), device="cuda")
+    if family == "wgrad":
+        def fn():
+            deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt((a8, sa_t), (b8, sb_t), out[0])
+    else:
+        a_flat, b_flat = a8.view(-1).repeat(groups), b8.view(-1).repeat(groups)
+        sa_k, sb_k = sa_t.repeat(groups, 1), sb_t.repeat(groups, 1)
+
+        def fn():
+            deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a_flat, sa_k), (b_flat, sb_k), out, [k] * groups)
+
+    def check():
+        out.zero_()
+        fn()
+        torch.cuda.synchronize()
+        return calc_diff(out[-1], ref)
+
+    def make_config(bm, bn, mc, on_a, stages):
+        if not sm90_wgrad.legal_block(bm, bn):
+            raise ValueError(f"block {bm}x{bn} is not a legal weight-gradient tile")
+        return sm90_wgrad.build_wgrad_config(m, n, groups, bm, bn, sms, mc, on_a, stages)
+
+    def grid(bms, bns, _max_stages):
+        cfgs = []
+        for bm in bms or [bm for bm in sm90_wgrad.BLOCK_MS if bm == 128 or m <= 1024]:
+            for bn in bns or [bn for bn in sm90_wgrad.BLOCK_NS if bn >= 64]:
+                try:
+                    cfgs.append(make_config(bm, bn, 1, True, 0))
+                except ValueError:
+                    continue
+        return cfgs
+    capacity = sm90_wgrad.group_capacity(groups)
+    return Problem(f"{family} {m}x{n}x{k}" + (f" groups={groups}" if family == "k_grouped" else ""), fn,
+                   "fp8_wgrad_gemm", 2 * m * n * k * groups, sm90_wgrad.get_wgrad_config(m, n, groups, sms),
+                   make_config, lambda cfg: sm90_fp8_wgrad_1d1d.kernel_source(n, cfg, capacity), grid, check)
+
+
+def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False) -> Problem:
+    """The inputs, call and config builders of one CASE of `family` (on the current CUDA device)."""
+    values = parse_case(family, case)
+    if family in ("wgrad", "k_grouped"):
+        return _wgrad_problem(family, values, bms, bns)
+    return _sm90_problem(family, values, bms, bns, skew)
+
+
+def candidates(problem: Problem, args) -> list:
+    """--configs, or the grid; the heuristic's pick is always among them."""
+    from deep_gemm.heuristics.sm90 import kernel_key
+    if args.configs:
+        cfgs = []
+        for spec in args.configs:
+            try:
+                cfgs.append(problem.make_config(*parse_config_spec(spec)))
+            except ValueError as e:
+                print(f"  skip {spec}: {e}")
+    else:
+        cfgs = problem.grid(args.bm, args.bn, args.max_stages)
+    keys = {(kernel_key(c), c.num_sms) for c in cfgs}
+    return cfgs if (kernel_key(problem.picked), problem.picked.num_sms) in keys else [problem.picked] + cfgs
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n", 2)[2],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("cases", nargs="+", metavar="CASE")
+    p.add_argument("--family", required=True, choices=FAMILIES)
+    p.add_argument("--bm", type=int, nargs="*", help="BLOCK_M values of the grid (default: per family)")
+    p.add_argument("--bn", type=int, nargs="*", help="BLOCK_N values of the grid (default: per family)")
+    p.add_argument("--max-stages", type=int, nargs="*", help="dense/grouped/masked: also these pipeline depths")
+    p.add_argument("--configs", nargs="*", help="BMxBN[:STAGES][:mcA|mcB] to time instead of the grid")
+    p.add_argument("--skew", action="store_true", help="grouped/masked: skewed expert loads (bench.skewed_sizes)")
+    p.add_argument("--num-tests", type=int, help="timed calls per config (default: 15 dense, 10 otherwise)")
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
+    for case in args.cases:  # every CASE is checked before the GPU work starts
+        try:
+            parse_case(args.family, case)
+        except ValueError as e:
+            parser().error(str(e))
+    for spec in args.configs or []:
+        try:
+            parse_config_spec(spec)
+        except ValueError as e:
+            parser().error(str(e))
+    from deep_gemm import jit
+    from deep_gemm.heuristics.sm90 import kernel_key
+    from deep_gemm.testing import bench_kineto, forced_config
+    num_tests = args.num_tests or DEFAULT_TESTS[args.family]
+    for case in args.cases:
+        problem = make_problem(args.family, case, args.bm, args.bn, args.skew)
+        cfgs = candidates(problem, args)
+        jit.build_many([problem.source(c) for c in cfgs], "sm_90a")
+        print(f"== {problem.label}; heuristic: {describe(problem.picked)}", flush=True)
+        for cfg in cfgs:
+            with forced_config(cfg):
+                diff = problem.check() if problem.check else None  # also builds the forced config's plan
+                t = bench_kineto(problem.fn, problem.kernel, num_tests=num_tests)
+            mark = "*" if (kernel_key(cfg), cfg.num_sms) == (kernel_key(problem.picked), problem.picked.num_sms) \
+                else " "
+            print(f"{mark} {describe(cfg)} {t * 1e6:9.1f} us {problem.flops / t / 1e12:6.0f} TFLOPS"
+                  + (f" diff {diff:.1e}" if diff is not None else ""), flush=True)
+
+
+if __name__ == "__main__":
+    main()
