@@ -107,3 +107,10 @@ def test_command_line_without_gpu():
                          timeout=120)
     assert bad.returncode == 2 and "--shapes: expected MxNxK" in bad.stderr
     assert bench.parse_args(["--suite", "dense"]).shapes == bench.dense_shapes()
+
+
+def test_first_call_rejects_bad_arguments_without_gpu():
+    """benchmarks/first_call.py: bad sizes exit 2 with one line before anything touches a GPU."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.first_call", "--m", "0"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode == 2 and "--m and --tp must be positive" in proc.stderr

@@ -1,0 +1,57 @@
+"""First-call latency after a warm-up: every dense GEMM shape of a model description (one m per shape), called for the
+first time in a fresh process whose disk cache was filled by `deep_gemm.warmup` / `python -m deep_gemm compile`.
+Reports each first call's wall time (validation, kernel load, plan, launch, synchronised) and checks that nothing was
+compiled (`deep_gemm.jit.stats()`).
+
+Usage (GPU machine, after `python -m deep_gemm compile --model deepseek-v3 --tp 8` into the same DG_JIT_CACHE_DIR):
+    python -m benchmarks.first_call --model deepseek-v3 --tp 8 [--m 128] [--json OUT]
+"""
+import argparse
+import json
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_call", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="deepseek-v3")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--m", type=int, default=128, help="rows of every call")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    if args.m <= 0 or args.tp <= 0:
+        parser.error("--m and --tp must be positive")
+
+    import torch
+    import deep_gemm
+    from deep_gemm.warmup import MODELS, model_shapes
+    if args.model not in MODELS:
+        parser.error(f"--model: unknown model {args.model!r} (known: {', '.join(sorted(MODELS))})")
+    if not torch.cuda.is_available():
+        print("first_call: needs a CUDA device", file=sys.stderr)
+        return 2
+    dense = model_shapes(MODELS[args.model], tp=args.tp)["dense"]
+    rows = []
+    for n, k in dense:
+        a = deep_gemm.per_token_cast_to_fp8(torch.randn(args.m, k, device="cuda"))
+        b = deep_gemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
+        out = torch.empty(args.m, n, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        before = deep_gemm.jit.stats()["compiled"]
+        start = time.perf_counter()
+        deep_gemm.gemm_fp8_fp8_bf16_nt(a, b, out)
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - start) * 1e3
+        compiled = deep_gemm.jit.stats()["compiled"] - before
+        rows.append(dict(m=args.m, n=n, k=k, first_call_ms=round(ms, 3), compiled=compiled))
+        print(f"m={args.m} n={n} k={k}: first call {ms:.2f} ms, kernels compiled {compiled}")
+    print(f"{len(rows)} shapes; max first call {max(r['first_call_ms'] for r in rows):.2f} ms; "
+          f"compiled {sum(r['compiled'] for r in rows)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(model=args.model, tp=args.tp, rows=rows), f, indent=1)
+    return 1 if any(r["compiled"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
