@@ -315,8 +315,9 @@ def _check_operand(t: torch.Tensor, name: str) -> None:
     checks.check_tma_matrix(checks.rows_view(t, name), name)
 
 
-def normalise_contiguous(lhs, rhs, out, m_indices) -> GemmLayout:
-    """Every layout check of `m_grouped_gemm_fp8_fp8_bf16_nt_contiguous`, with errors naming the argument."""
+def _check_stacked_rows(lhs, rhs, out):
+    """The operands of both contiguous layouts (experts' rows stacked along M): A [M, k], SA [M, ceil(k/128)],
+    B / SB grouped, out [M, n] BF16. Returns (a, sa, b, sb, out, M, n, k, G)."""
     a, sa = checks.unpack_pair(lhs, "lhs")
     checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
     checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 2)
@@ -325,6 +326,12 @@ def normalise_contiguous(lhs, rhs, out, m_indices) -> GemmLayout:
     checks.check_tensor(out, "out", torch.bfloat16, 2)
     checks.check_shape(out, "out", (m, n), "M x n")
     checks.check_shape(sa, "lhs[1] (SA)", (m, ceil_div(k, 128)), "M x ceil(k/128)")
+    return a, sa, b, sb, out, m, n, k, num_groups
+
+
+def normalise_contiguous(lhs, rhs, out, m_indices) -> GemmLayout:
+    """Every layout check of `m_grouped_gemm_fp8_fp8_bf16_nt_contiguous`, with errors naming the argument."""
+    a, sa, b, sb, out, m, n, k, num_groups = _check_stacked_rows(lhs, rhs, out)
     checks.check_index_tensor(m_indices, "m_indices", (m,), "M")
     named = list(zip(_NAMES_1D2D + ("m_indices",), (a, sa, b, sb, out, m_indices)))
     device = checks.check_same_cuda_device(named)
@@ -383,14 +390,7 @@ def normalise_psum(lhs, rhs, out, grouped_layout, expected_m, alignment) -> Gemm
     use_psum_layout=True)`): grouped_layout [G] int32 holds the running row count at the end of each expert; expert
     g's rows are [align(grouped_layout[g - 1], alignment), grouped_layout[g]). expected_m: expected rows per
     expert (0: the average over M), only for the configuration choice."""
-    a, sa = checks.unpack_pair(lhs, "lhs")
-    checks.check_tensor(a, "lhs[0] (A)", torch.float8_e4m3fn, 2)
-    checks.check_tensor(sa, "lhs[1] (SA)", torch.float32, 2)
-    m, k = a.shape
-    b, sb, num_groups, n = _check_grouped_rhs(rhs, k)
-    checks.check_tensor(out, "out", torch.bfloat16, 2)
-    checks.check_shape(out, "out", (m, n), "M x n")
-    checks.check_shape(sa, "lhs[1] (SA)", (m, ceil_div(k, 128)), "M x ceil(k/128)")
+    a, sa, b, sb, out, m, n, k, num_groups = _check_stacked_rows(lhs, rhs, out)
     checks.check_index_tensor(grouped_layout, "grouped_layout", (num_groups,), "G (psum layout)")
     for name, value in (("expected_m_for_psum_layout", expected_m), ("the mk alignment", alignment)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):

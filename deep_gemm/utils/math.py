@@ -50,20 +50,26 @@ def _scales(amax: torch.Tensor, fmax: float, use_ue8m0: bool) -> torch.Tensor:
     return ceil_to_ue8m0(scale) if use_ue8m0 else scale
 
 
-def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128,
-                          use_packed_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    """[m, k] -> (e4m3 [m, k], scales [m, ceil(k/gran_k)] float32, or int32 [m, ceil(k/gran_k)/4] packed UE8M0 with
-    `use_packed_ue8m0`): one scale per 1 x gran_k group of a row."""
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
+def _token_groups(x: torch.Tensor, gran_k: int, fmax: float, use_ue8m0: bool, use_packed_ue8m0: bool):
+    """[m, k] -> (float32 [m, ceil(k/gran_k), gran_k] zero-padded groups, their scales [m, ceil(k/gran_k)])."""
     if use_packed_ue8m0 and not use_ue8m0:
         raise ValueError("use_packed_ue8m0 needs use_ue8m0=True")
     m, k = x.shape
     padded = torch.zeros((m, align(k, gran_k)), dtype=torch.float32, device=x.device)
     padded[:, :k] = x
     groups = padded.view(m, padded.shape[1] // gran_k, gran_k)
-    scale = _scales(groups.abs().amax(dim=2), FP8_MAX, use_ue8m0)
-    fp8 = (groups / scale.unsqueeze(2)).to(torch.float8_e4m3fn).view(m, padded.shape[1])[:, :k].contiguous()
+    return groups, _scales(groups.abs().amax(dim=2), fmax, use_ue8m0)
+
+
+def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128,
+                          use_packed_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[m, k] -> (e4m3 [m, k], scales [m, ceil(k/gran_k)] float32, or int32 [m, ceil(k/gran_k)/4] packed UE8M0 with
+    `use_packed_ue8m0`): one scale per 1 x gran_k group of a row."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
+    groups, scale = _token_groups(x, gran_k, FP8_MAX, use_ue8m0, use_packed_ue8m0)
+    m, k = x.shape
+    fp8 = (groups / scale.unsqueeze(2)).to(torch.float8_e4m3fn).view(m, groups.shape[1] * gran_k)[:, :k].contiguous()
     return fp8, pack_ue8m0_to_int(scale) if use_packed_ue8m0 else scale
 
 
@@ -124,14 +130,9 @@ def per_token_cast_to_fp4(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int 
     `use_packed_ue8m0`, padded with 1.0 to a multiple of 4 scales). An SM100 format: our SM90 GEMMs refuse it."""
     if x.dim() != 2 or x.shape[1] % 2 != 0:
         raise ValueError(f"x must be 2-D with an even size(1), got shape {tuple(x.shape)}")
-    if use_packed_ue8m0 and not use_ue8m0:
-        raise ValueError("use_packed_ue8m0 needs use_ue8m0=True")
+    groups, scale = _token_groups(x, gran_k, FP4_MAX, use_ue8m0, use_packed_ue8m0)
     m, k = x.shape
-    padded = torch.zeros((m, align(k, gran_k)), dtype=torch.float32, device=x.device)
-    padded[:, :k] = x
-    groups = padded.view(m, padded.shape[1] // gran_k, gran_k)
-    scale = _scales(groups.abs().amax(dim=2), FP4_MAX, use_ue8m0)
-    codes = _fp4_codes(groups / scale.unsqueeze(2)).view(m, padded.shape[1] // 2, 2)
+    codes = _fp4_codes(groups / scale.unsqueeze(2)).view(m, groups.shape[1] * gran_k // 2, 2)
     packed = (codes[..., 0] & 0x0F) | ((codes[..., 1] & 0x0F) << 4)
     packed = packed[:, :k // 2].contiguous()
     if not use_packed_ue8m0:
