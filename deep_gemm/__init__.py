@@ -2,9 +2,9 @@
 (`gemm_fp8_fp8_bf16_nt`, ...) and its v2 names (`fp8_gemm_nt`, `m_grouped_fp8_gemm_nt_contiguous`, ...), both served
 by the same ops."""
 from . import jit, testing, utils
-from .ops import (gemm_fp8_fp8_bf16_nt, get_m_alignment_for_contiguous_layout, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
+from .ops import (bmm_fp8_fp8_bf16_nt, gemm_fp8_fp8_bf16_nt, get_m_alignment_for_contiguous_layout, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
                   m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked,
-                  wgrad_gemm_fp8_fp8_fp32_nt)
+                  w8a8_block_fp8_bmm, wgrad_gemm_fp8_fp8_fp32_nt)
 from .ops import v2 as _v2
 from .ops.v2 import *  # noqa: F401,F403  (DeepGEMM v2 GEMM names)
 from .runtime import get_compile_mode, get_launch_path, set_compile_mode
@@ -19,7 +19,8 @@ from ._version import __version__
 
 # The GEMMs (May-2025 names first, then v2's) and the helpers users call.
 __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
-           "wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"] + _v2.__all__ + [
+           "wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", "bmm_fp8_fp8_bf16_nt",
+           "w8a8_block_fp8_bmm"] + _v2.__all__ + [
            "get_m_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout",
            "set_mk_alignment_for_contiguous_layout", "get_theoretical_mk_alignment_for_contiguous_layout",
            "get_col_major_tma_aligned_tensor", "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",

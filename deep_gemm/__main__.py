@@ -75,16 +75,16 @@ def _shapes_of(args, families: List[str]) -> Tuple[dict, List[int]]:
     nk = [(n, k) for n in args.n or [] for k in args.k or []] + [(n, k) for _, n, k in mnk]
     out = {}
     for family in families:
-        if family in ("dense", "contiguous", "masked", "psum") and not nk:
+        if family in ("dense", "contiguous", "masked", "psum", "bmm") and not nk:
             continue
         if family == "dense":
             out["dense"] = sorted(set(nk))
         elif family == "contiguous":
             out["contiguous"] = [(n, k, args.groups) for n, k in sorted(set(nk))]
-        elif family in ("masked", "psum"):
+        elif family in ("masked", "psum", "bmm"):
             if not mnk:
-                raise ValueError(f"--family {family}: its kernels depend on expected_m: give it as --m (with --n "
-                                 f"and --k) or in --shapes")
+                raise ValueError(f"--family {family}: its kernels depend on {'m' if family == 'bmm' else 'expected_m'}"
+                                 f": give it as --m (with --n and --k) or in --shapes")
             expected = {}
             for m, n, k in mnk:
                 expected.setdefault((n, k), set()).add(m)
@@ -132,12 +132,13 @@ def _add_compile(sub) -> None:
     c.add_argument("--family", "--kind", action="append", choices=FAMILIES + ("all",), default=None,
                    help="kernel families to build (repeatable; default: dense for explicit shapes, all with --model)")
     c.add_argument("--m", type=_positive_int, nargs="*",
-                   help="m values: rows (dense, contiguous, wgrad, k_grouped) or expected_m (masked, psum)")
+                   help="m values: rows (dense, contiguous, wgrad, k_grouped), expected_m (masked, psum) or rows per "
+                        "batch (bmm)")
     c.add_argument("--n", type=_positive_int, nargs="*")
     c.add_argument("--k", type=_positive_int, nargs="*")
     c.add_argument("--shapes", action="append", help="file of 'm n k' lines (# comments allowed)")
     c.add_argument("--groups", type=_positive_int, default=1,
-                   help="number of groups (experts) of the grouped families")
+                   help="number of groups (experts) of the grouped families, or batches of bmm")
     c.add_argument("--only-m", action="store_true",
                    help="dense/contiguous: only the kernels of the given m (default: every kernel any m can pick, "
                         "which the first call of an (n, k) precompiles anyway)")

@@ -37,6 +37,7 @@ class Op(enum.IntEnum):
     M_GROUPED_PSUM = 5  # the contiguous GEMM with DeepGEMM's psum layout (deep_gemm.m_grouped_fp8_gemm_nt_contiguous)
     PACK_UE8M0 = 6            # deep_gemm.utils.get_mn_major_tma_aligned_packed_ue8m0_tensor
     PACK_UE8M0_K_GROUPED = 7  # deep_gemm.utils.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor
+    BMM = 8                   # batched GEMM (deep_gemm.bmm_fp8_fp8_bf16_nt)
 
 
 # How `_C` reads each op's arguments (csrc/launch.cpp ArgKind): a (tensor, scales) pair, a tensor, a host int
@@ -51,6 +52,7 @@ _SIGNATURES = {
     Op.M_GROUPED_PSUM: (_PAIR, _PAIR, _TENSOR, _TENSOR, _INT, _INT),
     Op.PACK_UE8M0: (_TENSOR, _TENSOR),
     Op.PACK_UE8M0_K_GROUPED: (_TENSOR, _TENSOR, _TENSOR, _INT_LIST, _INT),
+    Op.BMM: (_PAIR, _PAIR, _TENSOR),
 }
 
 _normalisers: Dict[Op, Callable] = {}
@@ -59,7 +61,7 @@ _MAX_LAYOUTS = 4096
 # The GEMMs, which compile mode turns into compile-only calls (the scale-layout transforms still run: their one
 # kernel is compiled once, and their results are what the GEMMs are then called with).
 _GEMMS = frozenset((Op.DENSE, Op.M_GROUPED_CONTIGUOUS, Op.M_GROUPED_MASKED, Op.WGRAD, Op.K_GROUPED_WGRAD,
-                    Op.M_GROUPED_PSUM))
+                    Op.M_GROUPED_PSUM, Op.BMM))
 _compile_mode = False
 
 
@@ -74,6 +76,7 @@ def _register_families() -> None:
         Op.M_GROUPED_PSUM: gemm_1d2d.normalise_psum,
         Op.PACK_UE8M0: sf_layout.normalise_pack,
         Op.PACK_UE8M0_K_GROUPED: sf_layout.normalise_pack_k_grouped,
+        Op.BMM: gemm_1d2d.normalise_bmm,
     })
 
 

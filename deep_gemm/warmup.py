@@ -28,7 +28,7 @@ from .utils.layout import get_mk_alignment_for_contiguous_layout
 
 __all__ = ["warmup", "MoEModel", "MODELS", "model_shapes", "is_compile_leader", "FAMILIES"]
 
-FAMILIES = ("dense", "contiguous", "masked", "psum", "wgrad", "k_grouped")
+FAMILIES = ("dense", "contiguous", "masked", "psum", "wgrad", "k_grouped", "bmm")
 ARCHS = ("sm_90a",)
 DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
 _POLL_S = 0.5
@@ -154,13 +154,16 @@ def _family_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: i
             (n, k), groups = _shape(item, family, ("n", "k")), 1
         elif family == "contiguous":
             n, k, groups = _shape(item, family, ("n", "k", "num_groups"))
+        elif family == "bmm":
+            n, k, groups, expected = _shape(item, family, ("n", "k", "num_batches", "m"))
         else:
             n, k, groups, expected = _shape(item, family, ("n", "k", "num_groups", "expected_m"))
         _positive(n=n, k=k, num_groups=groups)
         kind = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
-                "masked": KernelType.M_GROUPED_MASKED, "psum": KernelType.M_GROUPED_PSUM}[family]
-        if family in ("masked", "psum"):
-            ms = _expected_ms(expected, "expected_m")
+                "masked": KernelType.M_GROUPED_MASKED, "psum": KernelType.M_GROUPED_PSUM,
+                "bmm": KernelType.BATCHED}[family]
+        if family in ("masked", "psum", "bmm"):
+            ms = _expected_ms(expected, "m" if family == "bmm" else "expected_m")
         alignment = get_mk_alignment_for_contiguous_layout() if family == "psum" else 0
         return gemm_1d2d.runtime_kernels(n, k, num_sms, arch, kind, ms, groups, alignment)
     except (TypeError, ValueError) as e:
@@ -206,7 +209,7 @@ def _watch(todo: list, arch: str, progress: _Progress, stop: threading.Event, ba
 
 
 def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (), psum: Iterable = (),
-           wgrad: Iterable = (), k_grouped: Iterable = (), *, model: Optional[MoEModel] = None, tp: int = 1,
+           wgrad: Iterable = (), k_grouped: Iterable = (), bmm: Iterable = (), *, model: Optional[MoEModel] = None, tp: int = 1,
            max_tokens: int = 4096, training: bool = False, families: Optional[Iterable[str]] = None,
            ms: Optional[Iterable[int]] = None, num_sms: Optional[int] = None, arch: str = "sm_90a", jobs: int = 0,
            progress: bool = True, leader: Optional[bool] = None, leader_timeout_s: float = 300.0) -> dict:
@@ -216,7 +219,8 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
       dense (n, k); contiguous (n, k, num_groups): every kernel any m can pick, which is also what the first call
         of an (n, k) precompiles (restrict to the kernels of given row counts with `ms`);
       masked / psum (n, k, num_groups, expected_m): expected_m a list of values, or an int: every value 1..int;
-      wgrad (m, n): the weight gradient's output [m, n]; k_grouped (m, n, num_groups).
+      wgrad (m, n): the weight gradient's output [m, n]; k_grouped (m, n, num_groups);
+      bmm (n, k, num_batches, m): the batched GEMM's rows per batch m, a list or an int (every value 1..int).
     `model` (e.g. MODELS["deepseek-v3"]) adds `model_shapes(model, tp, max_tokens, training)`; `families` keeps
     only those families. num_sms: the SMs the calls will use (default: the current GPU's count, or its
     `set_num_sms` cap; 132 without a GPU). jobs: compile processes (default: CPUs, at most 16).
@@ -234,7 +238,7 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs must be an int >= 0 (0: one per CPU, at most 16), got {jobs!r}")
     shapes = {"dense": list(dense), "contiguous": list(contiguous), "masked": list(masked), "psum": list(psum),
-              "wgrad": list(wgrad), "k_grouped": list(k_grouped)}
+              "wgrad": list(wgrad), "k_grouped": list(k_grouped), "bmm": list(bmm)}
     if model is not None:
         if not isinstance(model, MoEModel):
             raise TypeError(f"model must be a deep_gemm.warmup.MoEModel, got {type(model).__name__}")

@@ -406,6 +406,57 @@ def build_k_grouped(p: dict, device, seed: int) -> Case:
                 (lhs, rhs, g.out, list(ks)), g, checker)
 
 
+# ---- bmm_fp8_fp8_bf16_nt
+
+BMM_N = [8, 128, 512, 1000, 4096]
+# How the per-token scales reach the kernel (it reads any strides): as produced (row-major [B, m, kb]), MN-major
+# storage ([B, kb, m] transposed), or a slice of a wider tensor.
+BMM_SCALE_FORMS = ("rows", "mn_major", "sliced")
+
+
+def sample_bmm(rng: random.Random) -> dict:
+    n, k = rng.choice(BMM_N), rng.choice(GROUPED_K + [512])
+    batches = rng.choice([1, 2, 16, 128]) if rng.random() < 0.8 else rng.randint(1, 200)
+    budget = max(1, min(4096, MAX_MACS // (n * k * batches), MAX_ELEMENTS // (k * batches)))
+    return dict(batches=batches, m=draw_rows(rng, budget), n=n, k=k, sa_form=rng.choice(BMM_SCALE_FORMS))
+
+
+def bmm_scales(sa: torch.Tensor, form: str) -> torch.Tensor:
+    """[B, m, kb] scales with the same values in the storage `form` names (BMM_SCALE_FORMS)."""
+    if form == "mn_major":
+        return sa.transpose(1, 2).contiguous().transpose(1, 2)
+    if form == "sliced":
+        wide = torch.zeros((*sa.shape[:2], sa.shape[2] + 3), dtype=sa.dtype, device=sa.device)
+        wide[:, :, :sa.shape[2]] = sa
+        return wide[:, :, :sa.shape[2]]
+    return sa
+
+
+def bmm_inputs(batches: int, m: int, n: int, k: int, gen, device, sa_form: str = "rows"):
+    """(lhs (x [B, m, k], xs [B, m, kb] in `sa_form`), rhs (y [B, n, k], ys), FP32 reference [B, m, n], BF16
+    reference)."""
+    a8, sa, a_deq, a = quant_rows(batches * m, k, gen, device)
+    b8, sb, b_deq, b = quant_blocks(batches, n, k, gen, device)
+    ref = torch.bmm(a_deq.view(batches, m, k), b_deq.transpose(1, 2))
+    ref_bf16 = torch.bmm(a.float().view(batches, m, k), b.float().transpose(1, 2))
+    lhs = (a8.view(batches, m, k), bmm_scales(sa.view(batches, m, -1), sa_form))
+    return lhs, (b8, sb), ref, ref_bf16
+
+
+def build_bmm(p: dict, device, seed: int) -> Case:
+    batches, m, n, k = p["batches"], p["m"], p["n"], p["k"]
+    lhs, rhs, ref, ref_bf16 = bmm_inputs(batches, m, n, k, _gen(device, seed), device, p.get("sa_form", "rows"))
+    g = Guarded((batches, m, n), torch.bfloat16, device)
+
+    def checker(case: Case) -> None:
+        assert not bool(case.guarded.untouched().any()), f"{case.desc}: elements left unwritten"
+        for b in range(batches):  # every batch on its own: a batch mapped to another's rows must not hide
+            _assert_close(case.out[b], ref[b], ref_bf16[b], f"{case.desc} batch {b}")
+
+    return Case("bmm_fp8_fp8_bf16_nt", f"bmm B={batches} m={m} n={n} k={k} xs={p.get('sa_form', 'rows')}",
+                (lhs, rhs, g.out), g, checker)
+
+
 # ---------------------------------------------------------------- registry
 
 @dataclass(frozen=True)
@@ -427,6 +478,7 @@ SPECS: List[GemmSpec] = [
              dict(m=300, n=100, k=1000, sa_form="rows", sb_form="transposed"), 4),
     GemmSpec("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", sample_k_grouped, build_k_grouped,
              dict(m=129, n=100, ks=[256, 0, 1040, 16]), 3),
+    GemmSpec("bmm_fp8_fp8_bf16_nt", sample_bmm, build_bmm, dict(batches=5, m=17, n=1000, k=576, sa_form="sliced"), 3),
 ]
 SPEC_BY_NAME = {s.name: s for s in SPECS}
 

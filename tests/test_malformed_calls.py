@@ -17,7 +17,8 @@ CONTIGUOUS = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"
 MASKED = "m_grouped_gemm_fp8_fp8_bf16_nt_masked"
 WGRAD = "wgrad_gemm_fp8_fp8_fp32_nt"
 K_GROUPED = "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"
-ARG_NAMES = {DENSE: ["lhs", "rhs", "out"], CONTIGUOUS: ["lhs", "rhs", "out", "m_indices"],
+BMM = "bmm_fp8_fp8_bf16_nt"
+ARG_NAMES = {BMM: ["lhs", "rhs", "out"], DENSE: ["lhs", "rhs", "out"], CONTIGUOUS: ["lhs", "rhs", "out", "m_indices"],
              MASKED: ["lhs", "rhs", "out", "masked_m", "expected_m"], WGRAD: ["lhs", "rhs", "out"],
              K_GROUPED: ["lhs", "rhs", "out", "batch_sizes"]}
 
@@ -68,6 +69,12 @@ def _to_cpu(key, index=None):
 def _transposed(t: torch.Tensor) -> torch.Tensor:
     """Same shape, column-major storage (inner stride != 1)."""
     return t.t().contiguous().t()
+
+
+def _ragged_bmm_n(d):
+    """n = 997 for y and out alike (y_scales keep their ceil(n/128) blocks)."""
+    d["rhs"][0] = d["rhs"][0][:, :-3]
+    d["out"] = d["out"][:, :, :-3]
 
 
 CASES = [
@@ -138,6 +145,19 @@ CASES = [
     Bad("kgroup-SB-rows", K_GROUPED, _set("rhs", 1, fn=lambda t: t[1:]), ValueError, "rhs[1] (SB)"),
     Bad("kgroup-out-2d", K_GROUPED, _set("out", fn=lambda t: t[0]), ValueError, "out"),
     Bad("kgroup-out-aliases-SA", K_GROUPED, _alias_out_with("lhs", 1), ValueError, "out", cpu=False),
+    # ---- bmm
+    Bad("bmm-x-2d", BMM, _set("lhs", 0, fn=lambda t: t[0]), ValueError, "lhs[0] (x)"),
+    Bad("bmm-xs-fp16", BMM, _set("lhs", 1, fn=lambda t: t.half()), TypeError, "lhs[1] (x_scales)"),
+    Bad("bmm-xs-shape", BMM, _set("lhs", 1, fn=lambda t: t[:, :, :1]), ValueError, "lhs[1] (x_scales)"),
+    Bad("bmm-y-batches", BMM, _set("rhs", 0, fn=lambda t: t[1:]), ValueError, "rhs[0] (y)"),
+    Bad("bmm-y-k-mismatch", BMM, _set("rhs", 0, fn=lambda t: t[:, :, :128]), ValueError, "rhs[0] (y)"),
+    Bad("bmm-ys-shape", BMM, _set("rhs", 1, fn=lambda t: t[:, :-1]), ValueError, "rhs[1] (y_scales)"),
+    Bad("bmm-out-shape", BMM, _set("out", fn=lambda t: t[:, 1:]), ValueError, "out"),
+    Bad("bmm-n-not-8", BMM, _ragged_bmm_n, ValueError, "rhs[0] (y)", cpu=False),
+    Bad("bmm-out-fp32", BMM, _set("out", fn=lambda t: t.float()), TypeError, "out"),
+    Bad("bmm-out-aliases-xs", BMM, _alias_out_with("lhs", 1), ValueError, "out", cpu=False),
+    Bad("bmm-x-batches-interleaved", BMM, _set("lhs", 0, fn=lambda t: t.transpose(0, 1).contiguous().transpose(0, 1)),
+        ValueError, "lhs[0] (x)", cpu=False),
 ]
 
 

@@ -17,12 +17,19 @@ class KernelType(enum.Enum):
     M_GROUPED_CONTIGUOUS = "m_grouped_contiguous"  # MoE: experts' rows stacked along M, 128-row aligned
     M_GROUPED_MASKED = "m_grouped_masked"          # MoE: [G, m_max] rows, the first masked_m[g] computed
     M_GROUPED_PSUM = "m_grouped_psum"              # MoE: experts' rows stacked along M, ends given as running sums
+    BATCHED = "batched"                            # BMM: B independent [m, n, k] GEMMs, rows stacked per batch
 
 
 def walks_groups(kind: KernelType) -> bool:
     """Kernels whose tiles are found by walking the groups (masked, psum): the heuristic sees expected rows per
     group and the group count, and a multicast pair must share its M block (A multicast only)."""
     return kind in (KernelType.M_GROUPED_MASKED, KernelType.M_GROUPED_PSUM)
+
+
+def has_group_row_ends(kind: KernelType) -> bool:
+    """Kernels whose M blocks stop at their group's last row (masked, psum, batched): the heuristic sees rows per
+    group and the group count, the kernel depends on both, and a multicast pair must share its M block."""
+    return walks_groups(kind) or kind == KernelType.BATCHED
 
 
 # Rows of one expert's segment in the contiguous layout: every BLOCK_M-row tile lies inside one segment.
@@ -34,7 +41,7 @@ class GemmProblem:
     """What the heuristics see: the shape, the SM budget and the target.
 
     Grouped problems: m is the total row count (contiguous: rows of all experts incl. padding) or the expected
-    rows per group (masked, psum); num_groups is the number of experts.
+    rows per group (masked, psum), or every batch's rows (batched); num_groups is the number of experts / batches.
     """
     m: int
     n: int

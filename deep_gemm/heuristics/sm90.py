@@ -3,8 +3,8 @@ import functools
 import math
 from typing import Optional, Tuple
 
-from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, align, ceil_div, walks_groups,
-                     last_wave_util, min_sms_for_waves, num_waves)
+from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, align, ceil_div,
+                     has_group_row_ends, walks_groups, last_wave_util, min_sms_for_waves, num_waves)
 
 SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
 BLOCK_K = 128               # = the scale granularity along K
@@ -96,11 +96,11 @@ def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -
     # NOTES: on the H200 multicast only paid off on large problems (+1-3% at 4096x7168x16384 and 8192^3; -1 to
     # -3% at 4096x2112x7168 and 4096x7168x2048): it cuts L2 traffic, which is not the limit for smaller ones.
     # Grouped problems are judged by their total rows.
-    total_m = problem.m * (problem.num_groups if walks_groups(problem.kernel_type) else 1)
+    total_m = problem.m * (problem.num_groups if has_group_row_ends(problem.kernel_type) else 1)
     legal_a = ceil_div(problem.n, block_n) % 2 == 0   # pairs share an M block: N blocks come in pairs
     # Pairs that share an N block (multicast of B): M blocks come in pairs. A contiguous pair whose two blocks
     # belong to two experts loads B per CTA (checked on the device); a masked pair could straddle two groups.
-    legal_b = not walks_groups(problem.kernel_type) and ceil_div(problem.m, block_m) % 2 == 0
+    legal_b = not has_group_row_ends(problem.kernel_type) and ceil_div(problem.m, block_m) % 2 == 0
     # NOTES: contiguous grouped GEMMs gain from B multicast at every bench size (H200, 128x192: +1.3% at n x k =
     # 4096 x 7168, +2.8-3.1% at 7168 x 2048, where A multicast or none lost), the dense GEMM does not at k < 4096.
     contiguous_b = problem.kernel_type == KernelType.M_GROUPED_CONTIGUOUS and block_m < block_n and legal_b
@@ -221,16 +221,50 @@ def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[
     return best
 
 
+def _pick_batched_blocks(m: int, n: int, k: int, sms: int, batches: int) -> Tuple[int, int, int]:
+    """(block_m, block_n, waves) for a batched GEMM (BMM) of `batches` x [m, n, k]: every batch has the same tiles,
+    so the tile count is exact."""
+    def tiles_of(bm: int, bn: int) -> int:
+        return batches * ceil_div(m, bm) * ceil_div(n, bn)
+
+    if m <= 128:
+        # Memory-bound (MLA decode: the weights, B x n x k, are nearly all the traffic): least waves x bytes per tile
+        # (A and B rows of a K block), ties to the narrower tile, as the masked decode choice.
+        bm = 64 if m <= 64 else 128
+        best_key, best = None, None
+        for bn in BLOCK_NS:
+            if not _legal_block(bm, bn) or straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
+                continue
+            waves = num_waves(tiles_of(bm, bn), sms)
+            key = (waves * (bm + bn), bn)
+            if best_key is None or key < best_key:
+                best_key, best = key, (bm, bn, waves)
+        return best
+    # Compute-bound: the dense model over all batches' tiles.
+    best_key, best = None, None
+    for bm in _block_ms(m, KernelType.BATCHED):
+        for bn in BLOCK_NS:
+            if not _legal_block(bm, bn) or straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
+                continue
+            tiles = tiles_of(bm, bn)
+            waves = num_waves(tiles, sms)
+            key = (waves * kblock_cycles(bm, bn), tiles)
+            if best_key is None or key < best_key:
+                best_key, best = key, (bm, bn, waves)
+    return best
+
+
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
                       multicast_on_a: bool = True, max_stages: int = MAX_STAGES,
-                      full_grid: bool = False) -> GemmConfig:
+                      full_grid: bool = False, num_groups: int = 1) -> GemmConfig:
     """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
     the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the device
-    knows). Also used by tools/ to time configurations the heuristic did not pick."""
+    knows). `num_groups`: batches of a batched GEMM, whose tiles repeat per batch. Also used by tools/ to time
+    configurations the heuristic did not pick."""
     stages = next((s for s in range(max_stages, 0, -1) if sm90_smem_size(k, block_m, block_n, s) <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
-    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    tiles = num_groups * ceil_div(m, block_m) * ceil_div(n, block_n)
     waves = num_waves(tiles, num_sms)
     grid = num_sms // num_multicast * num_multicast if full_grid else \
         min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
@@ -246,9 +280,15 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
                groups: int = 1) -> GemmConfig:
     masked = walks_groups(kind)
-    bm, bn, _ = _pick_masked_blocks(m, n, k, sms, groups) if masked else _pick_blocks(m, n, k, sms, kind)
+    if kind == KernelType.BATCHED:
+        bm, bn, _ = _pick_batched_blocks(m, n, k, sms, groups)
+    elif masked:
+        bm, bn, _ = _pick_masked_blocks(m, n, k, sms, groups)
+    else:
+        bm, bn, _ = _pick_blocks(m, n, k, sms, kind)
     num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)
-    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
+    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked,
+                             num_groups=groups if kind == KernelType.BATCHED else 1)
 
 
 # Kernels are compiled per (n, k, template arguments); m and the grid size are run-time values. The variants of
@@ -285,7 +325,7 @@ def sm90_kernel_variants(n: int, k: int, num_sms: int,
 def get_sm90_config(problem: GemmProblem) -> GemmConfig:
     m, n, k, sms, kind = problem.m, problem.n, problem.k, problem.num_sms, problem.kernel_type
     config = _heuristic(m, n, k, sms, kind, problem.num_groups)
-    if m <= VARIANT_M_CAP or walks_groups(kind):
+    if m <= VARIANT_M_CAP or has_group_row_ends(kind):
         return config
     variants = sm90_kernel_variants(n, k, sms, kind)
     if kernel_key(config) in {kernel_key(v) for v in variants}:

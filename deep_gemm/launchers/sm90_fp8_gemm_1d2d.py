@@ -9,7 +9,7 @@ import torch
 from .. import _C, jit, log
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, KernelType, get_config
-from ..heuristics.common import ceil_div, get_forced_config, walks_groups
+from ..heuristics.common import ceil_div, get_forced_config, has_group_row_ends
 from ..heuristics.sm90 import sm90_kernel_variants
 from ..jit.runtime import ensure_context
 from ..ops import checks
@@ -24,21 +24,25 @@ _GEMM_TYPES = {
     KernelType.M_GROUPED_CONTIGUOUS: jit.CppName("deep_gemm::GemmType::MGroupedContiguous"),
     KernelType.M_GROUPED_MASKED: jit.CppName("deep_gemm::GemmType::MGroupedMasked"),
     KernelType.M_GROUPED_PSUM: jit.CppName("deep_gemm::GemmType::MGroupedPsum"),
+    KernelType.BATCHED: jit.CppName("deep_gemm::GemmType::Batched"),
 }
 _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm90_fp8_gemm_1d2d_contiguous",
-          KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked", KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum"}
+          KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked", KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum",
+          KernelType.BATCHED: "sm90_fp8_gemm_1d2d_batched"}
 
 
 def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL,
                   psum_alignment: int = 0) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments.
-    `psum_alignment`: the psum layout's row alignment of the experts' starts (that kind only)."""
+    `psum_alignment`: the psum layout's row alignment of the experts' starts (that kind only). The batched GEMM
+    gathers SA at the caller's strides (kGatherSA); the other kinds load it MN-major by TMA."""
     if (kind == KernelType.M_GROUPED_PSUM) != (psum_alignment > 0):
         raise ValueError(f"psum_alignment must be > 0 exactly for the psum layout, got {psum_alignment} for {kind}")
     named = dict(kGemmType=_GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
-                 kSmemSize=config.smem_size, kPsumAlignment=psum_alignment)
+                 kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
+                 kGatherSA=kind == KernelType.BATCHED)
     return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, config=named)
 
 
@@ -57,7 +61,8 @@ def clear_kernels() -> None:
 
 
 def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelType, num_groups: int) -> GemmConfig:
-    """The configuration a call loads; m: rows (dense, contiguous) or expected rows per group (masked, psum)."""
+    """The configuration a call loads; m: rows (dense, contiguous), expected rows per group (masked, psum) or rows
+    per batch (batched)."""
     return get_forced_config() or get_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
 
 
@@ -66,9 +71,9 @@ def runtime_kernels(n: int, k: int, num_sms: int, arch: str, kind: KernelType = 
                     psum_alignment: int = 0) -> List[jit.KernelSource]:
     """The distinct kernels calls of (kind, n, k) load, for heuristic m in `ms` (as `kernel_config`); `ms=None`:
     every kernel any m can pick, which is also what the first-sight precompile builds (dense and contiguous only:
-    a masked or psum kernel depends on expected_m and the group count)."""
+    a masked, psum or batched kernel depends on the rows per group and the group count)."""
     if ms is None:
-        if walks_groups(kind):
+        if has_group_row_ends(kind):
             raise ValueError(f"the {kind.value} kernels depend on expected_m: give the expected m values")
         configs = sm90_kernel_variants(n, k, num_sms, kind)
     else:
@@ -103,7 +108,7 @@ def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, 
         env = read_env()
         log.apply_env(env)
         log.configs.debug("%s m=%d n=%d k=%d groups=%d: %s", kind.value, m, n, k, num_groups, config)
-        if env.jit_precompile and forced is None and not walks_groups(kind) \
+        if env.jit_precompile and forced is None and not has_group_row_ends(kind) \
                 and (n, k, num_sms, arch, kind) not in _seen_nk:
             _seen_nk.add((n, k, num_sms, arch, kind))
             precompile_variants(n, k, num_sms, arch, kind)
@@ -115,10 +120,10 @@ def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, 
 
 
 def _call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int) -> _Kernel:
-    """The kernel of a call with A and B (as in `build_plan`): the heuristic sees A's rows, or expected_m for the
-    kernels that walk groups."""
+    """The kernel of a call with A and B (as in `build_plan`): the heuristic sees A's rows, expected_m for the
+    kernels that walk groups, or the rows of one batch."""
     num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
-    m = expected_m if walks_groups(kind) else a.shape[0]
+    m = expected_m if has_group_row_ends(kind) else a.shape[0]
     return _kernel(m, n, a.shape[-1], num_sms, a.device.index, arch, kind, num_groups, psum_alignment)
 
 
@@ -129,12 +134,18 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     Dense: A [m, k], SA [m, kb], B [n, k], SB [ceil(n/128), kb], out [m, n].
     Contiguous: A [M, k], SA [M, kb], B [G, n, k], SB [G, ceil(n/128), kb], out [M, n], index m_indices [M].
     Masked: A [G, m_max, k], SA [G, m_max, kb], B / SB as above, out [G, m_max, n], index masked_m [G].
-    Psum: as contiguous, index = the running row counts [G]; expected_m = expected rows per group."""
+    Psum: as contiguous, index = the running row counts [G]; expected_m = expected rows per group.
+    Batched: A [B, m, k], SA [B, m, kb] at any strides (gathered by the kernel), B / SB as grouped, out [B, m, n];
+    expected_m = m."""
     a, sa, b, sb, out = tensors[:5]
     k = a.shape[-1]
     kb = ceil_div(k, 128)
     num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
-    if kind == KernelType.M_GROUPED_MASKED:
+    if kind == KernelType.BATCHED:
+        shape_m = a.shape[1]
+        rows = num_groups * shape_m
+        a2, out2 = checks.rows_view(a, "lhs[0] (A)"), checks.rows_view(out, "out")
+    elif kind == KernelType.M_GROUPED_MASKED:
         m_max = a.shape[1]
         rows = num_groups * m_max
         a2, out2 = a.view(rows, k), out.view(rows, n)
@@ -152,9 +163,13 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     cfg = kernel.config
     out_row_stride = checks.tma_row_stride(out2)
     params = ParamBuffer()
-    params.tensor_map(0, 1, (k, rows), (checks.tma_row_stride(a2),), (128, cfg.block_m), 128)
+    a_map = ((k, rows), (checks.tma_row_stride(a2),), (128, cfg.block_m), 128)
+    params.tensor_map(0, 1, *a_map)
     params.tensor_map(2, 1, (k, num_groups * n), (checks.tma_row_stride(b2),), (128, cfg.block_n), 128)
-    params.tensor_map(1, 4, (sa_inner, sa_outer), (sa_stride,), (cfg.block_m, 1), 0, l2_promotion=False)
+    if kind == KernelType.BATCHED:  # SA is gathered through its pointer: this map is never read, A's stands in
+        params.tensor_map(0, 1, *a_map)
+    else:
+        params.tensor_map(1, 4, (sa_inner, sa_outer), (sa_stride,), (cfg.block_m, 1), 0, l2_promotion=False)
     # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
     d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
     params.tensor_map(4, 2, (n, rows), (out_row_stride,), (d_box, 64), cfg.swizzle_d_bytes)
@@ -163,10 +178,17 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     if kind == KernelType.NORMAL:  # grouped_layout, num_groups, d, d_row_stride: unused by the dense GEMM
         params.null_pointer(), params.u32(0), params.null_pointer(), params.u32(0)
     else:
-        params.pointer(5), params.u32(num_groups), params.pointer(4), params.u32(out_row_stride)
+        params.pointer(5) if len(tensors) > 5 else params.null_pointer()
+        params.u32(num_groups), params.pointer(4), params.u32(out_row_stride)
+    if kind == KernelType.BATCHED:  # sa, its group / row / k strides (elements; 0 along a dimension of size 1)
+        params.pointer(1)
+        for size, stride in zip(sa.shape, sa.stride()):
+            params.u32(stride if size > 1 else 0)
+    else:
+        params.null_pointer(), params.u32(0), params.u32(0), params.u32(0)
     launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)
-    # TMA operands need 16-byte aligned addresses; SB and the index tensor are read as plain arrays.
-    align_masks = (15, 15, 15, 3, 15, 3)[:len(tensors)]
+    # TMA operands need 16-byte aligned addresses; SB, the index tensor and a gathered SA are read as plain arrays.
+    align_masks = (15, 3 if kind == KernelType.BATCHED else 15, 15, 3, 15, 3)[:len(tensors)]
     return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors], (4,),
                      (launch,))
 
@@ -210,10 +232,11 @@ class GemmLayout:
         if self.action == "none":
             return noop_plan(self.device.index, len(tensors), self.extents, (4,))
         ptrs = [t.data_ptr() for t in tensors]
+        base_names = _NAMES_BMM if self.kind == KernelType.BATCHED else _NAMES_1D2D
         if self.action == "launch" and (ptrs[0] | ptrs[2] | (0 if self.ragged_n else ptrs[4])) & 15:
             for i in (0, 2) + (() if self.ragged_n else (4,)):
-                checks.check_tma_matrix(checks.rows_view(tensors[i], _NAMES_1D2D[i]), _NAMES_1D2D[i])
-        names = _NAMES_1D2D + ((_INDEX_NAMES[self.kind],) if index is not None else ())
+                checks.check_tma_matrix(checks.rows_view(tensors[i], base_names[i]), base_names[i])
+        names = base_names + ((_INDEX_NAMES[self.kind],) if index is not None else ())
         checks.check_no_overlap_ptrs("out", ptrs[4], self.extents[4],
                                      [(names[i], ptrs[i], self.extents[i]) for i in range(len(tensors)) if i != 4])
         if self.action == "zero":
@@ -225,7 +248,10 @@ class GemmLayout:
             zero = torch.zeros((), dtype=out.dtype, device=self.device)
             out.copy_(torch.where(rows < index.view(num_groups, 1, 1), zero, out))
             return None
-        sa_k, sb_k = checks.tma_ready_scales(sa, sb, self.sa_ready, self.sb_contiguous)
+        if self.kind == KernelType.BATCHED:  # the kernel gathers SA as it is
+            sa_k, sb_k = sa, sb if self.sb_contiguous else sb.contiguous()
+        else:
+            sa_k, sb_k = checks.tma_ready_scales(sa, sb, self.sa_ready, self.sb_contiguous)
         target = out
         if self.ragged_n:
             m, n = out.shape
@@ -383,6 +409,49 @@ def normalise_masked(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     _check_operand(b, "rhs[0] (B)")
     can_implement(device, "m_grouped_gemm_fp8_fp8_bf16_nt_masked")
     return _layout(kind, "launch", device, sa, sb, named, expected_m=hint)
+
+
+_NAMES_BMM = ("lhs[0] (x)", "lhs[1] (x_scales)", "rhs[0] (y)", "rhs[1] (y_scales)", "out")
+# The kernel takes SA's strides as 32-bit element counts.
+_MAX_SCALE_STRIDE = (1 << 32) - 1
+
+
+def normalise_bmm(lhs, rhs, out) -> GemmLayout:
+    """Every layout check of `bmm_fp8_fp8_bf16_nt`, with errors naming the argument."""
+    a, sa = checks.unpack_pair(lhs, "lhs")
+    b, sb = checks.unpack_pair(rhs, "rhs")
+    checks.check_tensor(a, _NAMES_BMM[0], torch.float8_e4m3fn, 3)
+    checks.check_tensor(sa, _NAMES_BMM[1], torch.float32, 3)
+    checks.check_tensor(b, _NAMES_BMM[2], torch.float8_e4m3fn, 3)
+    checks.check_tensor(sb, _NAMES_BMM[3], torch.float32, 3)
+    checks.check_tensor(out, "out", torch.bfloat16, 3)
+    batches, m, k = a.shape
+    if b.shape[0] != batches or b.shape[2] != k:
+        raise ValueError(f"{_NAMES_BMM[2]} must have shape ({batches}, n, {k}) to match x {tuple(a.shape)}, got "
+                         f"{tuple(b.shape)}")
+    n = b.shape[1]
+    kb = ceil_div(k, 128)
+    checks.check_shape(sa, _NAMES_BMM[1], (batches, m, kb), "B x m x ceil(k/128)")
+    checks.check_shape(sb, _NAMES_BMM[3], (batches, ceil_div(n, 128), kb), "B x ceil(n/128) x ceil(k/128)")
+    checks.check_shape(out, "out", (batches, m, n), "B x m x n")
+    if max(sa.stride()) > _MAX_SCALE_STRIDE:
+        raise ValueError(f"{_NAMES_BMM[1]}: strides above 2^32 - 1 elements are not supported, got {sa.stride()}")
+    named = list(zip(_NAMES_BMM, (a, sa, b, sb, out)))
+    device = checks.check_same_cuda_device(named)
+    kind = KernelType.BATCHED
+    if batches == 0 or m == 0 or n == 0:
+        return _layout(kind, "none", device, sa, sb, named, expected_m=max(m, 1))
+    if n % 8 != 0:
+        raise ValueError(f"{_NAMES_BMM[2]}: the batched GEMM needs n % 8 == 0 (got n={n}); pad y's rows to a "
+                         f"multiple of 8 and slice the output")
+    _check_operand(out, "out")
+    checks.check_no_overlap(out, "out", named[:4])
+    if k == 0:
+        return _layout(kind, "zero", device, sa, sb, named, expected_m=m)
+    _check_operand(a, _NAMES_BMM[0])
+    _check_operand(b, _NAMES_BMM[2])
+    can_implement(device, "bmm_fp8_fp8_bf16_nt")
+    return _layout(kind, "launch", device, sa, sb, named, expected_m=m)
 
 
 def normalise_psum(lhs, rhs, out, grouped_layout, expected_m, alignment) -> GemmLayout:

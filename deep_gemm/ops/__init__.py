@@ -1,3 +1,4 @@
+from .bmm import bmm_fp8_fp8_bf16_nt, w8a8_block_fp8_bmm
 from .gemm import gemm_fp8_fp8_bf16_nt
 from .grouped import (get_m_alignment_for_contiguous_layout, m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
                       m_grouped_gemm_fp8_fp8_bf16_nt_masked)
@@ -8,4 +9,4 @@ from .v2 import *  # noqa: F401,F403  (DeepGEMM v2 names)
 
 __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
            "get_m_alignment_for_contiguous_layout", "wgrad_gemm_fp8_fp8_fp32_nt",
-           "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"] + v2.__all__
+           "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", "bmm_fp8_fp8_bf16_nt", "w8a8_block_fp8_bmm"] + v2.__all__

@@ -11,7 +11,7 @@ from typing import List
 
 import torch
 
-from . import gemm, grouped, wgrad
+from . import bmm, gemm, grouped, wgrad
 
 Tensor = torch.Tensor
 NAMESPACE = "deep_gemm"
@@ -45,8 +45,13 @@ def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(a: Tensor, sa: Tensor, b: Tensor, sb: T
     wgrad.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt((a, sa), (b, sb), out, batch_sizes)
 
 
+@torch.library.custom_op(f"{NAMESPACE}::bmm_fp8_fp8_bf16_nt", mutates_args=("out",))
+def bmm_fp8_fp8_bf16_nt(a: Tensor, sa: Tensor, b: Tensor, sb: Tensor, out: Tensor) -> None:
+    bmm.bmm_fp8_fp8_bf16_nt((a, sa), (b, sb), out)
+
+
 OPS = (gemm_fp8_fp8_bf16_nt, m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked,
-       wgrad_gemm_fp8_fp8_fp32_nt, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt)
+       wgrad_gemm_fp8_fp8_fp32_nt, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, bmm_fp8_fp8_bf16_nt)
 
 
 def _no_result(*args, **kwargs) -> None:

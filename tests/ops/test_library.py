@@ -14,7 +14,7 @@ IDS = [s.name for s in SPECS]
 
 def test_every_public_gemm_is_in_the_robustness_registry():
     """New public GEMMs must join tests/gemm_cases.py SPECS (and so every robustness test)."""
-    public = {name for name in deep_gemm.__all__ if "gemm_fp8" in name}
+    public = {name for name in deep_gemm.__all__ if "gemm_fp8" in name or "bmm_fp8" in name}
     assert public == {s.name for s in SPECS}
 
 

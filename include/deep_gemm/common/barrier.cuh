@@ -54,6 +54,12 @@ struct Barrier {
             :: "r"(smem_u32(this)), "r"(cta_rank));
     }
 
+    // Arrive once the executing thread's earlier cp.async copies have landed in shared memory. The arrival is one
+    // of those the barrier was initialised with (.noinc), so every thread that may use it must be counted at init.
+    __device__ __forceinline__ void arrive_after_cp_async() {
+        asm volatile("{ cp.async.mbarrier.arrive.noinc.shared.b64 [%0]; }" :: "r"(smem_u32(this)));
+    }
+
     // Arrive and announce `num_bytes` more bytes that asynchronous copies will complete on this barrier.
     __device__ __forceinline__ void arrive_and_expect_tx(uint32_t num_bytes) {
         asm volatile("{ mbarrier.arrive.expect_tx.shared::cta.b64 _, [%1], %0; }" :: "r"(num_bytes),

@@ -16,14 +16,23 @@ namespace deep_gemm {
 //  - MGroupedPsum      : experts' rows stacked in A/D [shape_m, *] as DeepGEMM's "psum layout": `grouped_layout`
 //                        = the running row count [num_groups] (end of each expert's rows); expert g's rows start
 //                        at align(end of g - 1, kRowAlignment). Walked expert by expert like the masked type.
-// B is [num_groups * SHAPE_N, K] for all M-grouped types.
+//  - Batched           : num_groups independent GEMMs of one shape (a BMM): A/D [num_groups * shape_m, *], batch b's
+//                        rows from b * shape_m. Every batch has the same tiles, so a tile's batch is one division
+//                        (no walk over the groups and no read of device memory).
+// B is [num_groups * SHAPE_N, K] for all M-grouped types and the batched one.
 enum class GemmType : uint32_t {
-    Normal = 0, MGroupedContiguous = 1, MGroupedMasked = 2, KGrouped = 3, MGroupedPsum = 4
+    Normal = 0, MGroupedContiguous = 1, MGroupedMasked = 2, KGrouped = 3, MGroupedPsum = 4, Batched = 5
 };
 
 // The types whose tiles are found by walking the groups one after another.
 __host__ __device__ constexpr bool walks_groups(GemmType type) {
     return type == GemmType::MGroupedMasked or type == GemmType::MGroupedPsum;
+}
+
+// The types whose M blocks stop at their group's last row (a block's rows past it belong to the next group or to
+// nobody, so the epilogue writes only the block's valid rows).
+__host__ __device__ constexpr bool has_group_row_ends(GemmType type) {
+    return walks_groups(type) or type == GemmType::Batched;
 }
 
 // One output tile, as the producer and the math warpgroups see it.
@@ -53,14 +62,14 @@ template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, 
           uint32_t kRowAlignment = 1, uint32_t kGroupSize = 16>
 struct TileScheduler {
     DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
-    DG_STATIC_ASSERT(not walks_groups(kType) or kFastAlongN,
-                     "masked / psum GEMMs multicast only A: the two CTAs of a pair must share one expert");
+    DG_STATIC_ASSERT(not has_group_row_ends(kType) or kFastAlongN,
+                     "masked / psum / batched GEMMs multicast only A: the two CTAs of a pair must share one group");
     DG_STATIC_ASSERT(kType != GemmType::MGroupedPsum or kRowAlignment > 0, "psum layout needs its row alignment");
     static constexpr uint32_t kNumNBlocks = ceil_div(SHAPE_N, BLOCK_N);
 
     uint32_t shape_m;
-    uint32_t num_m_blocks;  // masked: of the current group
-    uint32_t num_tiles;     // masked: of the current group; k-grouped: of one group
+    uint32_t num_m_blocks;  // masked: of the current group; batched: of one batch
+    uint32_t num_tiles;     // masked: of the current group; k-grouped, batched: of one group
     uint32_t next_tile;
     // Grouped launches only.
     const int32_t* grouped_layout;
@@ -135,13 +144,19 @@ struct TileScheduler {
             tile.row_base = (kType == GemmType::MGroupedPsum ? group_start : group * shape_m) + tile.m_block * BLOCK_M;
             tile.valid_rows = min(group_rows - tile.m_block * BLOCK_M, BLOCK_M);
             tile.skip = false;
-        } else if constexpr (kType == GemmType::KGrouped) {
+        } else if constexpr (kType == GemmType::KGrouped or kType == GemmType::Batched) {
+            // Tiles numbered group after group, every group with the same tiles.
             if (next_tile >= num_tiles * num_groups)
                 return false;
             tile.group = next_tile / num_tiles;
             map_tile(next_tile - tile.group * num_tiles, tile.m_block, tile.n_block);
-            tile.row_base = tile.m_block * BLOCK_M;
-            tile.valid_rows = BLOCK_M;
+            if constexpr (kType == GemmType::Batched) {
+                tile.row_base = tile.group * shape_m + tile.m_block * BLOCK_M;
+                tile.valid_rows = min(shape_m - tile.m_block * BLOCK_M, BLOCK_M);
+            } else {
+                tile.row_base = tile.m_block * BLOCK_M;
+                tile.valid_rows = BLOCK_M;
+            }
             tile.skip = false;
         } else {
             if (next_tile >= num_tiles)

@@ -101,6 +101,12 @@ __device__ __forceinline__ void copy_16b_shared_to_global(void* dst, const void*
                  : "memory");
 }
 
+// Start an asynchronous 4-byte copy from global to shared memory (non-bulk cp.async; completion is tracked with
+// `Barrier::arrive_after_cp_async`). `src` must be 4-byte aligned.
+__device__ __forceinline__ void cp_async_4b(uint32_t smem_addr, const void* src) {
+    asm volatile("{ cp.async.ca.shared.global [%0], [%1], 4; }" :: "r"(smem_addr), "l"(src));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));

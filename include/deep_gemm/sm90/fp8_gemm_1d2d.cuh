@@ -41,12 +41,15 @@ constexpr uint32_t fp8_gemm_smem_size() {
 
 // Config (see kernel_shell.cuh): kGemmType, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast,
 // kMulticastOnA, kSwizzleDBytes, kSmemSize, kPsumAlignment (psum layout: the row alignment of the experts' starts;
-// 0 for the other types).
+// 0 for the other types), kGatherSA (SA is read through `sa` and its three strides, whatever its layout, instead of
+// `tensor_map_sa`: the producer warpgroup's gather warp copies each stage's BLOCK_M scales with cp.async, so the
+// caller's row-major per-token scales need no conversion).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
 // masked_m (masked) or the running row counts (psum), `num_groups` = G.
-// `d` / `d_row_stride` (elements) address D for the stores a TMA box cannot make (masked partial tiles).
+// Batched: A / D [B * m, *] (batch b's rows from b * m), B [B * n, k], SB [B, ceil(n/128), ceil(k/128)], SA gathered.
+// `d` / `d_row_stride` (elements) address D for the stores a TMA box cannot make (partial tiles of a group).
 template <typename Config>
 __global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
 fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [m, k] e4m3, K-major
@@ -58,7 +61,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                    const int32_t* __restrict__ grouped_layout,          // grouped only (else unused)
                    const uint32_t num_groups,
                    uint8_t* __restrict__ d,
-                   const uint32_t d_row_stride) {
+                   const uint32_t d_row_stride,
+                   const float* __restrict__ sa,         // kGatherSA: SA[g][row][k block] at these strides
+                   const uint32_t sa_group_stride,      // (elements; the group stride is 0 where rows are
+                   const uint32_t sa_row_stride,        // numbered across groups: dense, contiguous, psum)
+                   const uint32_t sa_k_stride) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape ----
     constexpr GemmType kGemmType = Config::kGemmType;
@@ -69,6 +76,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     constexpr uint32_t kNumStages = Config::kNumStages;
     constexpr uint32_t kNumMulticast = Config::kNumMulticast;
     constexpr bool kMulticastOnA = Config::kMulticastOnA;
+    constexpr bool kGatherSA = Config::kGatherSA;
     constexpr uint32_t kNumMathWGs = num_math_threads<BLOCK_M>() / 128;
     constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     constexpr uint32_t kNumSBBlocks = ceil_div(SHAPE_N, 128u);
@@ -85,11 +93,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     constexpr uint32_t kNumSBPerTile = kNumKBlocks * (kMayStraddle ? 2 : 1);
     constexpr uint32_t kSmemSBBytes = align_up<uint32_t>(kNumMathWGs * 2 * kNumSBPerTile * 4, 8);
     using Shell = KernelShell<Config, align_up<uint32_t>(Epilogue::kSmemBytes, 1024),
-                              kNumStages * kSmemSABytes + kSmemSBBytes>;
+                              kNumStages * kSmemSABytes + kSmemSBBytes, kGatherSA ? 1 : 0>;
     using WGMMA = typename Shell::WGMMA;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
     constexpr uint32_t kNumAccum = Shell::kNumAccum;
-    constexpr uint32_t kStageTxBytes = Shell::kSmemABytes + Shell::kSmemBBytes + kSmemSABytes;
+    constexpr uint32_t kStageTxBytes = Shell::kSmemABytes + Shell::kSmemBBytes + (kGatherSA ? 0 : kSmemSABytes);
 
     DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 8 and BLOCK_N <= 256,
                      "BLOCK_N must be a multiple of 8 in [8, 256]");
@@ -99,8 +107,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(SHAPE_N > 0 and SHAPE_K > 0, "empty problems are handled on the host");
     DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedContiguous or BLOCK_M <= 128,
                      "contiguous grouped tiles must not span two 128-row expert segments");
-    DG_STATIC_ASSERT(not walks_groups(kGemmType) or kNumMulticast == 1 or kMulticastOnA,
-                     "masked / psum GEMMs may multicast only A (the pair shares the M block, hence the expert)");
+    DG_STATIC_ASSERT(not has_group_row_ends(kGemmType) or kNumMulticast == 1 or kMulticastOnA,
+                     "masked / psum / batched GEMMs may multicast only A (the pair shares the M block, hence the group)");
+    DG_STATIC_ASSERT(kGemmType != GemmType::Batched or kGatherSA, "the batched GEMM reads SA as the caller has it");
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
     DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages>()),
@@ -135,11 +144,28 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             return ops;
         };
         auto load_sa = [&](const Tile& tile, uint32_t scale_row, uint32_t stage, const Barrier* bar) {
-            const uint32_t sa_col = kGemmType == GemmType::MGroupedMasked ? tile.m_block * BLOCK_M : tile.row_base;
-            tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, static_cast<int32_t>(sa_col),
-                        static_cast<int32_t>(scale_row), Shell::kCacheHint);
+            if constexpr (not kGatherSA) {
+                const uint32_t sa_col = kGemmType == GemmType::MGroupedMasked ? tile.m_block * BLOCK_M : tile.row_base;
+                tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, static_cast<int32_t>(sa_col),
+                            static_cast<int32_t>(scale_row), Shell::kCacheHint);
+            }
         };
-        shell.template produce<kStageTxBytes>(make_scheduler, operands, load_sa);
+        // kGatherSA: each lane copies the scales of rows lane, lane + 32, ... of the tile that exist (the others keep
+        // stale values, which only reach rows the epilogue does not write).
+        auto gather_sa = [&](const Tile& tile, uint32_t k_block, uint32_t stage, uint32_t lane) {
+            if constexpr (kGatherSA) {
+                const uint32_t first_row = has_group_row_ends(kGemmType) ? tile.m_block * BLOCK_M : tile.row_base;
+                const uint32_t rows = has_group_row_ends(kGemmType) ? tile.valid_rows
+                                                                    : min(BLOCK_M, shape_m - tile.row_base);
+                const float* src = sa + static_cast<uint64_t>(tile.group) * sa_group_stride +
+                                   static_cast<uint64_t>(first_row) * sa_row_stride +
+                                   static_cast<uint64_t>(k_block) * sa_k_stride;
+                const uint32_t dst = smem_u32(smem_sa + stage * BLOCK_M);
+                for (uint32_t r = lane; r < rows; r += 32)
+                    cp_async_4b(dst + r * 4, src + static_cast<uint64_t>(r) * sa_row_stride);
+            }
+        };
+        shell.template produce<kStageTxBytes>(make_scheduler, operands, load_sa, gather_sa);
     } else {
         const auto wg = shell.math_warpgroup();
         // The 32-bit shared address of this thread's first SA entry in stage 0.
@@ -369,8 +395,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     }
                 },
                 [&](bool is_leader) {
-                    if (walks_groups(kGemmType) and tile.valid_rows < BLOCK_M) {
-                        // A masked group's last block: rows >= masked_m must stay untouched, which a TMA box cannot
+                    if (has_group_row_ends(kGemmType) and tile.valid_rows < BLOCK_M) {
+                        // A group's last block: rows past the group's end must stay untouched, which a TMA box cannot
                         // express, so the warpgroup copies its valid rows out of smem_d itself (16-byte chunks).
                         #pragma unroll
                         for (uint32_t s = 0; s < kNumSubTiles; ++s)

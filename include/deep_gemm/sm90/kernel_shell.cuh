@@ -47,8 +47,16 @@ struct TileOperands {
     bool peer_shares_b;      // with B multicast: the cluster peer needs the same B block (else each loads its own)
 };
 
+// A gather step that gathers nothing (kernels whose scales all come by TMA).
+struct NoGather {
+    template <typename... Args>
+    __device__ __forceinline__ void operator()(Args&&...) const {}
+};
+
 // kSmemDBytes: the D tile(s) at the start of shared memory; kSmemScaleBytes: the kernel's scales after the stages.
-template <typename Config, uint32_t kSmemDBytes, uint32_t kSmemScaleBytes>
+// kNumGatherWarps (0 or 1): whether the producer warpgroup's second warp gathers per-stage data that TMA cannot
+// load (scales of any strides) with cp.async; see `produce`.
+template <typename Config, uint32_t kSmemDBytes, uint32_t kSmemScaleBytes, uint32_t kNumGatherWarps = 0>
 struct KernelShell {
     static constexpr uint32_t BLOCK_M = Config::BLOCK_M;
     static constexpr uint32_t BLOCK_N = Config::BLOCK_N;
@@ -66,7 +74,7 @@ struct KernelShell {
     // NOTES: tiles t and t + 1 must share the multicast operand's block; see TileScheduler.
     template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t kRowAlignment = 1>
     using Scheduler = TileScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N, not kMulticastB, kRowAlignment>;
-    using Ring = StageRing<kNumStages, kNumMulticast, kNumMathThreads>;
+    using Ring = StageRing<kNumStages, kNumMulticast, kNumMathThreads, kNumGatherWarps>;
     using Stages = typename Ring::Iterator;
 
     // Shared memory: [D][stages x A][stages x B][the kernel's scales][stages x full barrier][stages x empty barrier]
@@ -80,6 +88,7 @@ struct KernelShell {
     DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2, "TMA multicast is over 1 or 2 CTAs");
     DG_STATIC_ASSERT(kSmemDBytes % 1024 == 0 and kSmemABytes % 1024 == 0 and kSmemBBytes % 1024 == 0,
                      "A/B stage tiles must keep 1024-byte alignment for the 128B swizzle");
+    DG_STATIC_ASSERT(kNumGatherWarps <= 1, "at most one gather warp (the producer warpgroup's second)");
     DG_STATIC_ASSERT(kSmemScaleBytes % sizeof(Barrier) == 0, "the barriers after the scales must stay aligned");
     DG_STATIC_ASSERT(kSmemSize == Config::kSmemSize,
                      "host and device disagree on the shared-memory size (the layout above, for kSmemSize)");
@@ -135,10 +144,34 @@ struct KernelShell {
     // `make_scheduler()`) and fills one stage per K block: A and B (multicast within the cluster where configured) as
     // `operands(tile)` (TileOperands) says, then `load_scales(tile, scale_row, stage, barrier)` adds the kernel's
     // scales of that K block. Every stage carries kStageTxBytes in all.
-    template <uint32_t kStageTxBytes, typename MakeScheduler, typename Operands, typename LoadScales>
+    // With a gather warp, that warp walks the same tiles and stages too and, once a stage is free, calls
+    // `gather(tile, k_block, stage, lane)` on each lane to start the lane's cp.async copies into the stage, then
+    // every lane arrives on the stage's full barrier when its copies have landed (the ring counts those arrivals),
+    // so consumers see the stage full only with the gathered data in place.
+    template <uint32_t kStageTxBytes, typename MakeScheduler, typename Operands, typename LoadScales,
+              typename Gather = NoGather>
     __device__ __forceinline__ void produce(MakeScheduler make_scheduler, Operands operands,
-                                           LoadScales load_scales) const {
+                                           LoadScales load_scales, Gather gather = {}) const {
         warpgroup_reg_dealloc<40>();
+        if constexpr (kNumGatherWarps > 0) {
+            if (warp_idx == kNumMathThreads / 32 + 1) {
+                auto scheduler = make_scheduler();
+                Tile tile;
+                Stages stages;
+                while (scheduler.next(tile)) {
+                    const TileOperands ops = operands(tile);
+                    if (ops.skip)
+                        continue;
+                    for (uint32_t k_block = 0; k_block < ops.num_k_blocks; ++k_block) {
+                        ring.wait_empty(stages);
+                        gather(tile, k_block, stages.stage, lane_idx);
+                        ring.full[stages.stage].arrive_after_cp_async();
+                        stages.advance();
+                    }
+                }
+                return;
+            }
+        }
         if (is_tma_thread()) {
             auto scheduler = make_scheduler();
             const bool is_leader = kNumMulticast == 1 or block_rank_in_cluster() == 0;

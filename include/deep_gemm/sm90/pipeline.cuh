@@ -27,9 +27,10 @@ struct StageIterator {
     }
 };
 
-// The stages' barriers: `full` (one producer arrival plus the stage's transaction bytes) and `empty` (one arrival
-// per math warp of every cluster CTA, because a multicast TMA writes the stage in both CTAs).
-template <uint32_t kNumStages, uint32_t kNumMulticast, uint32_t kNumMathThreads>
+// The stages' barriers: `full` (one producer arrival plus the stage's transaction bytes, plus one arrival per lane
+// of each gather warp: kNumGatherWarps, see KernelShell) and `empty` (one arrival per math warp of every cluster
+// CTA, because a multicast TMA writes the stage in both CTAs).
+template <uint32_t kNumStages, uint32_t kNumMulticast, uint32_t kNumMathThreads, uint32_t kNumGatherWarps = 0>
 struct StageRing {
     using Iterator = StageIterator<kNumStages>;
 
@@ -40,7 +41,7 @@ struct StageRing {
     __device__ __forceinline__ void init() const {
         #pragma unroll
         for (uint32_t i = 0; i < kNumStages; ++i) {
-            full[i].init(1);
+            full[i].init(1 + kNumGatherWarps * 32);
             empty[i].init(kNumMulticast * kNumMathThreads / 32);
         }
         fence_proxy_async_shared();
@@ -54,6 +55,9 @@ struct StageRing {
         full[it.stage].arrive_and_expect_tx(tx_bytes);
         return &full[it.stage];
     }
+
+    // A producer that adds no transaction bytes (a gather warp): wait until the stage is consumed.
+    __device__ __forceinline__ void wait_empty(const Iterator& it) const { empty[it.stage].wait(it.phase ^ 1); }
 
     // Consumers: wait until the stage's loads have landed.
     __device__ __forceinline__ void wait_full(const Iterator& it) const { full[it.stage].wait(it.phase); }
