@@ -2,8 +2,9 @@
 (`gemm_fp8_fp8_bf16_nt`, ...) and its v2 names (`fp8_gemm_nt`, `m_grouped_fp8_gemm_nt_contiguous`, ...), both served
 by the same ops."""
 from . import jit, testing, utils
-from .ops import (bmm_fp8_fp8_bf16_nt, gemm_fp8_fp8_bf16_nt, get_m_alignment_for_contiguous_layout, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt,
-                  m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked,
+from .ops import (bmm_fp8_fp8_bf16_nt, gemm_fp8_fp8_bf16_nt, get_m_alignment_for_contiguous_layout,
+                  k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
+                  m_grouped_gemm_fp8_fp8_bf16_nt_masked,
                   w8a8_block_fp8_bmm, wgrad_gemm_fp8_fp8_fp32_nt)
 from .ops import v2 as _v2
 from .ops.v2 import *  # noqa: F401,F403  (DeepGEMM v2 GEMM names)

@@ -128,7 +128,8 @@ def _add_compile(sub) -> None:
     c.set_defaults(func=cmd_compile)
     c.add_argument("--arch", default="sm_90a", choices=ARCHS)
     c.add_argument("--num-sms", type=_positive_int, default=None,
-                   help="SMs the calls will use (default: this machine's GPU, else 132 as on H100/H200 SXM)")
+                   help="SMs the calls will use (default: this machine's GPU, else 132 as on H100/H200 SXM, 148 as "
+                        "on B200 for --arch sm_100a)")
     c.add_argument("--family", "--kind", action="append", choices=FAMILIES + ("all",), default=None,
                    help="kernel families to build (repeatable; default: dense for explicit shapes, all with --model)")
     c.add_argument("--m", type=_positive_int, nargs="*",

@@ -49,6 +49,9 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable("DG_JIT_PTXAS_CHECK", "jit_ptxas_check", "0", True,
              "Fail a compile with CompileError when ptxas reports local-memory spills or a stack frame "
              "(implies ptxas -v)."),
+    Variable("DG_SM100_SELFTEST", "sm100_selftest", "1", True,
+             "Before the first launch of an sm100 kernel family on a device, run it on small problems against a "
+             "reference and raise SelfTestError if it is wrong (deep_gemm/selftest.py); 0 skips the check."),
 )
 
 
@@ -67,6 +70,7 @@ class Env:
     jit_dump_sass: bool
     jit_with_lineinfo: bool
     jit_ptxas_check: bool
+    sm100_selftest: bool
 
 
 def read_env() -> Env:

@@ -120,9 +120,12 @@ def clear_plans() -> None:
     _layouts.clear()
     _C.clear()
     from .launchers import sf_layout, sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
+    from .launchers import sm100_fp8_gemm
     gemm_1d2d.clear_kernels()
     wgrad_1d1d.clear_kernels()
     sf_layout.clear_kernels()
+    sm100_fp8_gemm.clear_kernels()
+    sm100_fp8_gemm.clear_plans()
 
 
 def set_compile_mode(enabled: bool) -> None:

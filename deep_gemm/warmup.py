@@ -29,8 +29,9 @@ from .utils.layout import get_mk_alignment_for_contiguous_layout
 __all__ = ["warmup", "MoEModel", "MODELS", "model_shapes", "is_compile_leader", "FAMILIES"]
 
 FAMILIES = ("dense", "contiguous", "masked", "psum", "wgrad", "k_grouped", "bmm")
-ARCHS = ("sm_90a",)
+ARCHS = ("sm_90a", "sm_100a")
 DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
+DEFAULT_NUM_SMS_SM100 = 148  # B200
 _POLL_S = 0.5
 
 
@@ -145,6 +146,8 @@ def _family_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: i
     """The kernels one shape of `family` loads (see `warmup`); errors name the shape."""
     where = f"{family} shape {item!r}"
     try:
+        if arch == "sm_100a":
+            return _sm100_sources(family, item, ms, num_sms, arch)
         if family in ("wgrad", "k_grouped"):
             m, n, groups = _shape(item, family, ("m", "n", "num_groups")) if family == "k_grouped" else \
                 _shape(item, family, ("m", "n")) + (1,)
@@ -168,6 +171,28 @@ def _family_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: i
         return gemm_1d2d.runtime_kernels(n, k, num_sms, arch, kind, ms, groups, alignment)
     except (TypeError, ValueError) as e:
         raise type(e)(f"{where}: {e}") from None
+
+
+def _sm100_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: int, arch: str) -> List:
+    """`_family_sources` for sm_100a: the sm100 family's kernels (launchers/sm100_fp8_gemm.py) of the dense,
+    contiguous and masked GEMMs, in both scale paths (the public ops load the FP32 one; the UE8M0 one is the
+    family's opt-in)."""
+    from .heuristics.sm100 import SCALE_PATHS
+    from .launchers import sm100_fp8_gemm
+    if family == "dense":
+        (n, k), groups = _shape(item, family, ("n", "k")), 1
+    elif family == "contiguous":
+        n, k, groups = _shape(item, family, ("n", "k", "num_groups"))
+    elif family == "masked":
+        n, k, groups, expected = _shape(item, family, ("n", "k", "num_groups", "expected_m"))
+        ms = _expected_ms(expected, "expected_m")
+    else:
+        raise ValueError(f"no {arch} kernel for the {family} family (sm_100a: dense, contiguous and masked)")
+    _positive(n=n, k=k, num_groups=groups)
+    kind = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
+            "masked": KernelType.M_GROUPED_MASKED}[family]
+    return [s for scales in SCALE_PATHS
+            for s in sm100_fp8_gemm.runtime_kernels(n, k, num_sms, arch, kind, ms, groups, scales)]
 
 
 class _Progress:
@@ -209,8 +234,8 @@ def _watch(todo: list, arch: str, progress: _Progress, stop: threading.Event, ba
 
 
 def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (), psum: Iterable = (),
-           wgrad: Iterable = (), k_grouped: Iterable = (), bmm: Iterable = (), *, model: Optional[MoEModel] = None, tp: int = 1,
-           max_tokens: int = 4096, training: bool = False, families: Optional[Iterable[str]] = None,
+           wgrad: Iterable = (), k_grouped: Iterable = (), bmm: Iterable = (), *, model: Optional[MoEModel] = None,
+           tp: int = 1, max_tokens: int = 4096, training: bool = False, families: Optional[Iterable[str]] = None,
            ms: Optional[Iterable[int]] = None, num_sms: Optional[int] = None, arch: str = "sm_90a", jobs: int = 0,
            progress: bool = True, leader: Optional[bool] = None, leader_timeout_s: float = 300.0) -> dict:
     """Compile into the disk cache (DG_JIT_CACHE_DIR) every kernel that calls of these shapes will load.
@@ -233,7 +258,8 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS} (the arches with kernels), got {arch!r}")
     if num_sms is None:
-        num_sms = get_num_sms() if torch.cuda.is_available() else DEFAULT_NUM_SMS
+        num_sms = get_num_sms() if torch.cuda.is_available() else \
+            (DEFAULT_NUM_SMS_SM100 if arch == "sm_100a" else DEFAULT_NUM_SMS)
     _positive(num_sms=num_sms)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs must be an int >= 0 (0: one per CPU, at most 16), got {jobs!r}")

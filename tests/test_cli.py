@@ -94,7 +94,7 @@ def test_version(capsys):
     (["compile", "--num-sms", "0", "--n", "256", "--k", "128"], "--num-sms"),
     (["compile", "--groups", "0", "--n", "256", "--k", "128"], "--groups"),
     (["compile", "--n", "256", "--k", "100000000"], "k=100000000"),
-    (["compile", "--arch", "sm_100a", "--n", "256", "--k", "128"], "--arch"),
+    (["compile", "--arch", "sm_100", "--n", "256", "--k", "128"], "--arch"),
     (["compile", "--family", "bogus", "--n", "256", "--k", "128"], "--family"),
     (["compile", "--family", "masked", "--n", "256", "--k", "128"], "--family masked"),
     (["compile", "--shapes", "/nonexistent/shapes.txt"], "--shapes /nonexistent/shapes.txt"),

@@ -93,7 +93,7 @@ def test_deepseek_v3_shapes():
     (dict(dense=[(256, 10 ** 8)]), "k=100000000 is too large"),
     (dict(masked=[(256, 128, 4, [])]), "expected_m must not be empty"),
     (dict(wgrad=[(128, -1)]), "n must be positive"),
-    (dict(dense=[(256, 128)], arch="sm_100a"), "arch"),
+    (dict(dense=[(256, 128)], arch="sm_100"), "arch"),
     (dict(dense=[(256, 128)], num_sms=0), "num_sms"),
     (dict(dense=[(256, 128)], families=["dense", "dgrad"]), "families"),
     (dict(dense=[(256, 128)], ms=[0]), r"ms\[0\]"),

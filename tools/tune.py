@@ -1,9 +1,9 @@
 """Time kernel configurations the heuristic may not pick, for one GEMM family (tuning aid; GPU machine).
 
-Usage: python -m tools.tune --family dense|grouped|masked|wgrad|k_grouped CASE ... [options]
+Usage: python -m tools.tune --family dense|grouped|masked|wgrad|k_grouped|bmm CASE ... [options]
   CASE   dense, wgrad: MxNxK;  grouped (contiguous), masked: G:m:n:k (rows per group m x U(0.7, 1.3) with the
          seeds of benchmarks/bench.py; --skew draws skewed expert loads around m instead: a fifth of the experts
-         empty, a tenth at 4m);  k_grouped: MxNxK:G (G groups of K each, one launch)
+         empty, a tenth at 4m);  k_grouped: MxNxK:G (G groups of K each, one launch);  bmm: BxMxNxK (B batches)
   --bm / --bn        block sizes of the candidate grid (defaults per family); every legal pair, with and without
                      2-CTA multicast where the family and shape allow it (dense, grouped, masked)
   --max-stages S ... dense / grouped / masked: also try pipelines at most S deep
@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-FAMILIES = ("dense", "grouped", "masked", "wgrad", "k_grouped")
-DEFAULT_TESTS = dict(dense=15, grouped=10, masked=10, wgrad=10, k_grouped=10)
+FAMILIES = ("dense", "grouped", "masked", "wgrad", "k_grouped", "bmm")
+DEFAULT_TESTS = dict(dense=15, grouped=10, masked=10, wgrad=10, k_grouped=10, bmm=15)
 
 
 @dataclass
@@ -37,7 +37,8 @@ class Problem:
 
 def parse_case(family: str, case: str):
     """The integers of a CASE (see the usage); ValueError naming the expected form."""
-    forms = dict(dense="MxNxK", wgrad="MxNxK", grouped="G:m:n:k", masked="G:m:n:k", k_grouped="MxNxK:G")
+    forms = dict(dense="MxNxK", wgrad="MxNxK", grouped="G:m:n:k", masked="G:m:n:k", k_grouped="MxNxK:G",
+                 bmm="BxMxNxK")
     try:
         if family in ("grouped", "masked"):
             values = [int(v) for v in case.split(":")]
@@ -80,7 +81,7 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
     from benchmarks.bench import _grouped_weights, contiguous_m_indices, skewed_sizes
     from deep_gemm.heuristics import GemmProblem, KernelType, get_config
     from deep_gemm.heuristics.common import ceil_div
-    from deep_gemm.heuristics.sm90 import MAX_STAGES, _legal_block, build_sm90_config
+    from deep_gemm.heuristics.sm90 import MAX_STAGES, _legal_block, batched_a_box_rows, build_sm90_config
     from deep_gemm.launchers import sm90_fp8_gemm_1d2d
     from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
     sms = deep_gemm.get_num_sms()
@@ -102,6 +103,24 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
             fn()
             return calc_diff(out, ref)
         default_bms = [128, 256]
+    elif family == "bmm":
+        groups, m, n, k = values
+        kind, heur_m, label, rows = KernelType.BATCHED, m, f"bmm {groups}x{m}x{n}x{k}", groups * m
+        a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((groups * m, k), device="cuda", dtype=torch.bfloat16))
+        a8, sa = a8.view(groups, m, k), sa.view(groups, m, -1)
+        b8, sb = _grouped_weights(groups, n, k)
+        out = torch.empty((groups, m, n), device="cuda", dtype=torch.bfloat16)
+        ref = torch.bmm(dequant_per_token(a8.view(-1, k), sa.reshape(groups * m, -1)).view(groups, m, k),
+                        torch.stack([dequant_per_block(b8[g], sb[g]) for g in range(groups)]).transpose(1, 2))
+        picked = get_config(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups))
+
+        def fn():
+            deep_gemm.bmm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)
+
+        def check():
+            fn()
+            return calc_diff(out, ref)
+        default_bms = [64, 128]
     else:
         groups, m, n, k = values
         rng = random.Random(groups * m + n + k)
@@ -138,10 +157,14 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
     def make_config(bm, bn, mc, on_a, stages):
         # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: the M blocks pair
         # up, which the masked kernel cannot know on the host).
-        if mc == 2 and (ceil_div(n, bn) % 2 if on_a else masked or ceil_div(heur_m, bm) % 2):
+        if mc == 2 and (ceil_div(n, bn) % 2 if on_a else masked or kind == KernelType.BATCHED
+                        or ceil_div(heur_m, bm) % 2):
             raise ValueError(f"multicast {'A' if on_a else 'B'} does not pair up the blocks of {bm}x{bn}")
         if not _legal_block(bm, bn):
             raise ValueError(f"block {bm}x{bn} is not a legal 1D2D tile")
+        if kind == KernelType.BATCHED:
+            return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES, num_groups=groups,
+                                     a_box_rows=batched_a_box_rows(heur_m, bm), gather_scales=True)
         return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES, full_grid=masked)
 
     def grid(bms, bns, max_stages):

@@ -45,13 +45,15 @@ def swizzle_d_bytes(block_n: int) -> int:
     return 0
 
 
-def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int) -> int:
-    """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality)."""
+def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, gather_scales: bool = False) -> int:
+    """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality);
+    `gather_scales`: the kernel's kGatherScales (the batched GEMM)."""
     num_k_blocks = ceil_div(k, BLOCK_K)
     d = align(block_m * block_n * 2, 1024)
     stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
-    # RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32
-    sb = align(num_math_threads(block_m) // 128 * 2 * num_k_blocks * (2 if may_straddle(block_n) else 1) * 4, 8)
+    # RHS scales: per tile [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32, or per stage [2] fp32
+    sb = align(num_stages * 2 * 4, 8) if gather_scales else \
+        align(num_math_threads(block_m) // 128 * 2 * num_k_blocks * (2 if may_straddle(block_n) else 1) * 4, 8)
     return d + num_stages * stage + sb + num_stages * 2 * 8
 
 
@@ -229,14 +231,17 @@ def _pick_batched_blocks(m: int, n: int, k: int, sms: int, batches: int) -> Tupl
 
     if m <= 128:
         # Memory-bound (MLA decode: the weights, B x n x k, are nearly all the traffic): least waves x bytes per tile
-        # (A and B rows of a K block), ties to the narrower tile, as the masked decode choice.
+        # (A rows loaded and B rows of a K block), ties to the narrower tile, as the masked decode choice.
+        # NOTES: with a single K block (k <= 128) a 64x256 tile needs no second accumulator set and compiles without
+        # spills (64x256 at k = 512 spills), and halves the tiles (each with its own epilogue) at n = 512.
         bm = 64 if m <= 64 else 128
+        a_rows = min(bm, align(m, 8))
         best_key, best = None, None
-        for bn in BLOCK_NS:
+        for bn in BLOCK_NS + ((256,) if k <= BLOCK_K and bm == 64 else ()):
             if not _legal_block(bm, bn) or straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
                 continue
             waves = num_waves(tiles_of(bm, bn), sms)
-            key = (waves * (bm + bn), bn)
+            key = (waves * (a_rows + bn), bn)
             if best_key is None or key < best_key:
                 best_key, best = key, (bm, bn, waves)
         return best
@@ -254,14 +259,24 @@ def _pick_batched_blocks(m: int, n: int, k: int, sms: int, batches: int) -> Tupl
     return best
 
 
+def batched_a_box_rows(m: int, block_m: int) -> int:
+    """A batched GEMM's A rows per stage (GemmConfig.a_box_rows): every batch's m rows rounded up to 8 (the 128-byte
+    swizzle's row group) when below block_m. NOTES: at m = 1 a 64-row box moved 8x the A bytes the tile uses."""
+    rows = align(m, 8)
+    return rows if rows < block_m else 0
+
+
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
                       multicast_on_a: bool = True, max_stages: int = MAX_STAGES,
-                      full_grid: bool = False, num_groups: int = 1) -> GemmConfig:
+                      full_grid: bool = False, num_groups: int = 1, a_box_rows: int = 0,
+                      gather_scales: bool = False) -> GemmConfig:
     """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
     the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the device
-    knows). `num_groups`: batches of a batched GEMM, whose tiles repeat per batch. Also used by tools/ to time
+    knows). `num_groups`: batches of a batched GEMM, whose tiles repeat per batch; `a_box_rows`: see GemmConfig;
+    `gather_scales`: the kernel gathers its scales per stage (the batched GEMM). Also used by tools/ to time
     configurations the heuristic did not pick."""
-    stages = next((s for s in range(max_stages, 0, -1) if sm90_smem_size(k, block_m, block_n, s) <= SMEM_BUDGET), 0)
+    stages = next((s for s in range(max_stages, 0, -1)
+                   if sm90_smem_size(k, block_m, block_n, s, gather_scales) <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
     tiles = num_groups * ceil_div(m, block_m) * ceil_div(n, block_n)
@@ -273,8 +288,8 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
                       num_multicast=num_multicast, multicast_on_a=multicast_on_a,
                       swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
-                      smem_size=sm90_smem_size(k, block_m, block_n, stages),
-                      num_threads=num_math_threads(block_m) + 128)
+                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales),
+                      num_threads=num_math_threads(block_m) + 128, a_box_rows=a_box_rows)
 
 
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
@@ -287,8 +302,10 @@ def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.N
     else:
         bm, bn, _ = _pick_blocks(m, n, k, sms, kind)
     num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)
-    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked,
-                             num_groups=groups if kind == KernelType.BATCHED else 1)
+    if kind != KernelType.BATCHED:
+        return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
+    return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, num_groups=groups,
+                             a_box_rows=batched_a_box_rows(m, bm), gather_scales=True)
 
 
 # Kernels are compiled per (n, k, template arguments); m and the grid size are run-time values. The variants of
@@ -300,7 +317,8 @@ VARIANT_M_CAP = 1 << 16
 def kernel_key(config: GemmConfig) -> Tuple:
     """What makes two configs the same compiled kernel (everything but the grid size)."""
     return (config.block_m, config.block_n, config.num_stages, config.num_multicast,
-            config.multicast_on_a if config.num_multicast > 1 else True, config.swizzle_d_bytes, config.smem_size)
+            config.multicast_on_a if config.num_multicast > 1 else True, config.swizzle_d_bytes, config.smem_size,
+            config.a_box_rows)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -27,7 +27,8 @@ _GEMM_TYPES = {
     KernelType.BATCHED: jit.CppName("deep_gemm::GemmType::Batched"),
 }
 _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm90_fp8_gemm_1d2d_contiguous",
-          KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked", KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum",
+          KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked",
+          KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum",
           KernelType.BATCHED: "sm90_fp8_gemm_1d2d_batched"}
 
 
@@ -35,14 +36,15 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
                   psum_alignment: int = 0) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments.
     `psum_alignment`: the psum layout's row alignment of the experts' starts (that kind only). The batched GEMM
-    gathers SA at the caller's strides (kGatherSA); the other kinds load it MN-major by TMA."""
+    gathers its scales per stage (kGatherScales: SA at the caller's strides, SB's values of the K block); the other
+    kinds load SA MN-major by TMA and SB per tile."""
     if (kind == KernelType.M_GROUPED_PSUM) != (psum_alignment > 0):
         raise ValueError(f"psum_alignment must be > 0 exactly for the psum layout, got {psum_alignment} for {kind}")
     named = dict(kGemmType=_GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
-                 kGatherSA=kind == KernelType.BATCHED)
+                 kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m)
     return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, config=named)
 
 
@@ -122,6 +124,9 @@ def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, 
 def _call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int) -> _Kernel:
     """The kernel of a call with A and B (as in `build_plan`): the heuristic sees A's rows, expected_m for the
     kernels that walk groups, or the rows of one batch."""
+    if arch in ("sm_100a", "sm_100f"):  # Blackwell: the sm100 family (see `build_plan`)
+        from . import sm100_fp8_gemm
+        return sm100_fp8_gemm.call_kernel(kind, a, b, num_sms, arch, expected_m)
     num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
     m = expected_m if has_group_row_ends(kind) else a.shape[0]
     return _kernel(m, n, a.shape[-1], num_sms, a.device.index, arch, kind, num_groups, psum_alignment)
@@ -137,6 +142,9 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     Psum: as contiguous, index = the running row counts [G]; expected_m = expected rows per group.
     Batched: A [B, m, k], SA [B, m, kb] at any strides (gathered by the kernel), B / SB as grouped, out [B, m, n];
     expected_m = m."""
+    if arch in ("sm_100a", "sm_100f"):  # Blackwell: the sm100 family, FP32-scale path (launchers/sm100_fp8_gemm.py)
+        from . import sm100_fp8_gemm
+        return sm100_fp8_gemm.build_plan(kind, tensors, num_sms, arch, expected_m, psum_alignment)
     a, sa, b, sb, out = tensors[:5]
     k = a.shape[-1]
     kb = ceil_div(k, 128)
@@ -163,7 +171,7 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     cfg = kernel.config
     out_row_stride = checks.tma_row_stride(out2)
     params = ParamBuffer()
-    a_map = ((k, rows), (checks.tma_row_stride(a2),), (128, cfg.block_m), 128)
+    a_map = ((k, rows), (checks.tma_row_stride(a2),), (128, cfg.a_box_rows or cfg.block_m), 128)
     params.tensor_map(0, 1, *a_map)
     params.tensor_map(2, 1, (k, num_groups * n), (checks.tma_row_stride(b2),), (128, cfg.block_n), 128)
     if kind == KernelType.BATCHED:  # SA is gathered through its pointer: this map is never read, A's stands in
@@ -198,9 +206,16 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
 _NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
 
 
+# The ops that the sm100 family (launchers/sm100_fp8_gemm.py) runs on sm_100 devices, through `build_plan`.
+_SM100_OPS = ("gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+              "m_grouped_gemm_fp8_fp8_bf16_nt_masked")
+
+
 def can_implement(device: torch.device, op: str) -> None:
-    """Raise NotImplementedError unless this family has a kernel for the device."""
+    """Raise NotImplementedError unless this family (or, on sm_100, the sm100 family) has a kernel for the device."""
     arch = get_device_arch(device.index)
+    if arch in ("sm_100a", "sm_100f") and op in _SM100_OPS:
+        return
     if arch != "sm_90a":
         raise NotImplementedError(f"{op} has no kernel for {arch} yet (device {device})")
 

@@ -15,6 +15,12 @@ SM90 rules, as DeepGEMM applies them:
   - `compiled_dims` is accepted and checked ("m", "n", "k" letters) but has no effect: these kernels always compile
     n and k in and keep m a run-time value. `disable_ue8m0_cast` has no effect on SM90 (float32 scales are used as
     given, never rounded to powers of two).
+
+On an sm_100 device (Blackwell; compile-verified, guarded by the first-use self-test, see README) the dense GEMM and
+the contiguous (m_indices) and masked M-grouped GEMMs with the default recipe follow DeepGEMM's SM100 default:
+scales are ROUNDED UP TO POWERS OF TWO (UE8M0) and applied by the block-scaled MMA, unless
+`disable_ue8m0_cast=True`, which keeps the exact float32 scales (the Hopper numerics). Packed UE8M0 int32 scales
+are accepted there too. The May-2025 names always use the exact float32 scales.
 """
 import numbers
 from typing import List, Optional, Sequence, Tuple
@@ -22,6 +28,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..runtime import Op, call, get_compile_mode
+from ..utils import get_device_arch
 from ..utils.layout import get_mk_alignment_for_contiguous_layout, get_mn_major_tma_aligned_tensor
 from .gemm import gemm_fp8_fp8_bf16_nt
 from .grouped import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked
@@ -37,6 +44,23 @@ __all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gem
 
 _PSUM = int(Op.M_GROUPED_PSUM)
 _TOKEN, _BLOCK = (1, 128), (128, 128)
+_SM100 = ("sm_100a", "sm_100f")
+
+
+def scale_path(arch: str, disable_ue8m0_cast: bool) -> Optional[str]:
+    """The sm100 family's scale path for a v2 call on a device of `arch`: "ue8m0" (DeepGEMM's SM100 default:
+    scales rounded up to powers of two) unless `disable_ue8m0_cast`, then "fp32"; None off sm_100 (the sm90 ops)."""
+    if arch not in _SM100:
+        return None
+    return "fp32" if disable_ue8m0_cast else "ue8m0"
+
+
+def _sm100_scales(a, disable_ue8m0_cast: bool) -> Optional[str]:
+    """`scale_path` for the device of a call's A (None for anything that is not a CUDA tensor pair)."""
+    data = a[0] if isinstance(a, (tuple, list)) and len(a) == 2 else None
+    if not isinstance(data, torch.Tensor) or not data.is_cuda:
+        return None
+    return scale_path(get_device_arch(data.device.index), disable_ue8m0_cast)
 
 
 def _pair(value, name: str) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -114,9 +138,14 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: Optional[torch.Tensor] = None, rec
     required (c = d accumulates in place). See the module docstring for the other arguments."""
     _check_compiled_dims(compiled_dims)
     _check_flag(disable_ue8m0_cast, "disable_ue8m0_cast")
+    gran_a, gran_b = _granularities(recipe, recipe_a, recipe_b)
+    scales = _sm100_scales(a, disable_ue8m0_cast)
+    if scales is not None and (gran_a, gran_b) == (_TOKEN, _BLOCK) and c is None:
+        from ..launchers import sm100_fp8_gemm
+        sm100_fp8_gemm.fp8_gemm_nt(tuple(a), tuple(b), d, scales)
+        return
     a, sfa = _pair(a, "a")
     b, sfb = _pair(b, "b")
-    gran_a, gran_b = _granularities(recipe, recipe_a, recipe_b)
     if gran_a != _TOKEN:
         raise ValueError(f"recipe: A's scale granularity must be (1, 128) on SM90, got {gran_a}")
     if gran_b == _BLOCK:
@@ -189,6 +218,11 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
                        ("ensure_zero_padding", ensure_zero_padding)):
         _check_flag(flag, name)
     _check_grouped_recipe(recipe, recipe_a, recipe_b)
+    scales = _sm100_scales(a, disable_ue8m0_cast)
+    if scales is not None and not use_psum_layout and expected_m_for_psum_layout is None:
+        from ..launchers import sm100_fp8_gemm
+        sm100_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(tuple(a), tuple(b), d, grouped_layout, scales)
+        return
     a = _pair(a, "a")
     b = _pair(b, "b")
     if not use_psum_layout:
@@ -217,6 +251,11 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     _check_compiled_dims(compiled_dims)
     _check_flag(disable_ue8m0_cast, "disable_ue8m0_cast")
     _check_grouped_recipe(recipe, recipe_a, recipe_b)
+    scales = _sm100_scales(a, disable_ue8m0_cast)
+    if scales is not None:
+        from ..launchers import sm100_fp8_gemm
+        sm100_fp8_gemm.m_grouped_fp8_gemm_nt_masked(tuple(a), tuple(b), d, masked_m, expected_m, scales)
+        return
     m_grouped_gemm_fp8_fp8_bf16_nt_masked(_pair(a, "a"), _pair(b, "b"), d, masked_m, expected_m)
 
 

@@ -21,7 +21,7 @@ def get_device_arch(device_index: int) -> str:
     major, minor = torch.cuda.get_device_capability(device_index)
     if (major, minor) == (9, 0):
         return "sm_90a"
-    if major == 10:
+    if (major, minor) == (10, 0):  # B200 / GB200; sm_100a cubins do not load on other 10.x parts (B300 is 10.3)
         return "sm_100a"
     return f"sm_{major}{minor}"
 

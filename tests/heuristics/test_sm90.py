@@ -289,3 +289,33 @@ def test_contiguous_multicasts_b_when_m_blocks_pair_up():
     # An odd M block count cannot pair up.
     cfg = get_config(GemmProblem(128 * 33, 7168, 2048, 132, kernel_type=CONTIGUOUS, num_groups=4))
     assert cfg.num_multicast == 1 or cfg.multicast_on_a
+
+
+# ---- batched GEMM (BMM)
+
+def _batched(b, m, n, k, sms=132):
+    return get_config(GemmProblem(m, n, k, sms, kernel_type=KernelType.BATCHED, num_groups=b))
+
+
+@pytest.mark.parametrize("b,m,n,k", [(128, 1, 512, 128), (128, 16, 512, 128), (16, 64, 128, 512), (128, 4096, 512, 128),
+                                     (8, 4096, 4096, 4096), (4, 2048, 7168, 2048), (3, 17, 1000, 576)])
+def test_batched_config_is_consistent(b, m, n, k):
+    c = _batched(b, m, n, k)
+    assert c.smem_size == sm90_smem_size(k, c.block_m, c.block_n, c.num_stages, gather_scales=True) <= SMEM_BUDGET
+    tiles = b * -(-m // c.block_m) * -(-n // c.block_n)
+    assert c.num_sms <= min(132, tiles + c.num_multicast - 1), "the grid never exceeds the batches' tiles"
+    assert c.a_box_rows == (0 if m >= c.block_m else -(-m // 8) * 8)
+    assert c.num_multicast == 1 or (c.multicast_on_a and -(-n // c.block_n) % 2 == 0), "only A pairs, N blocks even"
+
+
+def test_batched_decode_with_one_k_block_uses_the_widest_tile():
+    # MLA's q_nope . W_UK at decode (k = 128): 64x256 halves the tiles of 64x128 (measured 7.3 vs 7.6 us at
+    # 128 x 1 x 512 x 128 on the H200); a second K block would need a second accumulator set (spills at 64x256).
+    c = _batched(128, 1, 512, 128)
+    assert (c.block_m, c.block_n, c.a_box_rows) == (64, 256, 8)
+    assert _batched(128, 1, 128, 512).block_n <= 192
+
+
+def test_kernel_key_tells_a_box_rows_apart():
+    from deep_gemm.heuristics.sm90 import kernel_key
+    assert kernel_key(_batched(128, 1, 512, 128)) != kernel_key(_batched(128, 16, 512, 128))

@@ -21,6 +21,7 @@ BUDGETS = {
     "dense-128x192": 138.5,             # measured 134.50 (4 K blocks per body, first of 2 straddle cases)
     "dense-128x128-overlap": 116.5,     # measured 113.00 (a chunk of 8 K blocks per body)
     "contiguous-128x192-mcA": 139.5,    # measured 135.50 (4 K blocks per body, first of 2 straddle cases)
+    "batched-128x192-mcA": 138.5,       # measured 134.50 (gathered scales: RHS scales read from the stage)
     "wgrad-256x112": 329.0,             # measured 319.00 (1 K block per body; issue turns)
     "wgrad-128x152": 233.0,             # measured 226.00 (1 K block per body; DeepGEMM's loop: 211.5)
 }
@@ -32,6 +33,7 @@ def _instantiations():
         config = build_sm90_config(m, n, k, block_m, block_n, 132, multicast, True)
         return sm90_fp8_gemm_1d2d.kernel_source(n, k, config, kind), config
 
+    batched_config = build_sm90_config(4096, 4096, 4096, 128, 192, 132, 2, True, num_groups=8, gather_scales=True)
     wgrad_config = build_wgrad_config(16384, 7168, 1, 256, 112, 132)
     wgrad_152 = build_wgrad_config(7168, 2112, 1, 128, 152, 132)
     return {
@@ -43,6 +45,9 @@ def _instantiations():
         "dense-128x128-overlap": dense(4096, 7168, 16384, 128, 128),
         # The heuristic's pick for 8 experts x 4096 rows, n = 4096, k = 7168.
         "contiguous-128x192-mcA": dense(8 * 4096, 4096, 7168, 128, 192, 2, KernelType.M_GROUPED_CONTIGUOUS),
+        # The batched heuristic's pick for 8 x 4096x4096x4096 (BMM): scales gathered per stage.
+        "batched-128x192-mcA": (sm90_fp8_gemm_1d2d.kernel_source(4096, 4096, batched_config, KernelType.BATCHED),
+                                batched_config),
         # The wgrad heuristic's pick for 16384x7168 (k = 4096): two sub-tiles per warpgroup, preloaded column scales.
         "wgrad-256x112": (sm90_fp8_wgrad_1d1d.kernel_source(7168, wgrad_config, group_capacity(1)), wgrad_config),
         # The wgrad heuristic's pick for 7168x2112: one sub-tile per warpgroup, preloaded column scales, no turns.

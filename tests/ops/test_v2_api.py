@@ -150,3 +150,13 @@ def test_bench_kineto_under_nvidia_tools(monkeypatch):
     monkeypatch.setenv("DG_USE_NVIDIA_TOOLS", "1")
     assert deep_gemm.bench_kineto(lambda: None, "gemm_") == 1
     assert deep_gemm.bench_kineto(lambda: None, ("a", "b")) == (1, 1)
+
+
+@pytest.mark.parametrize("arch,disable,expected", [("sm_90a", False, None), ("sm_90a", True, None),
+                                                    ("sm_100a", False, "ue8m0"), ("sm_100a", True, "fp32"),
+                                                    ("sm_100f", False, "ue8m0"), ("sm_103", False, None)])
+def test_v2_scale_path_follows_deepgemm_on_sm100(arch, disable, expected):
+    """v2 names on Blackwell: scales cast to UE8M0 unless disable_ue8m0_cast (DeepGEMM's SM100 default); Hopper
+    and unsupported arches stay on the sm90 ops (exact FP32 scales, or a clear refusal)."""
+    from deep_gemm.ops.v2 import scale_path
+    assert scale_path(arch, disable) == expected

@@ -73,6 +73,27 @@ struct BF16Epilogue {
     // The same 64 rows, copied by the 128 threads of a warpgroup with plain 16-byte stores, skipping tile rows
     // >= `valid_rows` and columns >= `shape_n` (a multiple of 8). `d` is D's base, `row_stride` in elements,
     // `m_start` the D row of tile row 0. The caller synchronised the writers (a generic-proxy read needs no fence).
+    // Store one warp's 16-row slice of a 64-row accumulator (layout as in write_warp; `row0` = the slice's first tile
+    // row) straight to global memory, rows < valid_rows and columns < shape_n only, 4 bytes per store: for tiles
+    // with a few valid rows, which then skip the shared-memory round trip and its barriers.
+    __device__ __forceinline__ static void store_rows_direct(const float* acc, uint32_t row0, uint32_t lane,
+                                                             uint32_t valid_rows, uint8_t* d, uint32_t row_stride,
+                                                             uint32_t m_start, uint32_t n_start, uint32_t shape_n) {
+        #pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+            const uint32_t row = row0 + lane / 4 + h * 8;
+            if (row >= valid_rows)
+                continue;
+            auto* dst = reinterpret_cast<uint32_t*>(d + static_cast<uint64_t>(m_start + row) * row_stride * 2);
+            #pragma unroll
+            for (uint32_t c = 0; c < BLOCK_N / 8; ++c) {
+                const uint32_t col = n_start + c * 8 + (lane % 4) * 2;  // even; shape_n % 8 == 0
+                if (col < shape_n)
+                    dst[col / 2] = pack_bf16x2(acc[c * 4 + h * 2], acc[c * 4 + h * 2 + 1]);
+            }
+        }
+    }
+
     __device__ __forceinline__ static void copy_rows(const uint8_t* smem_d, uint32_t row0, uint32_t valid_rows,
                                                      uint8_t* d, uint32_t row_stride, uint32_t m_start,
                                                      uint32_t n_start, uint32_t shape_n, uint32_t thread) {

@@ -26,24 +26,35 @@ constexpr bool fp8_gemm_may_straddle() {
     return 128 % BLOCK_N != 0;
 }
 
+// Bytes of the RHS scales in shared memory: per tile, [math warpgroups][2 buffers][1 or 2 scale blocks][K blocks]
+// fp32; with gathered scales, per stage, [stages][2] fp32 (the K block's value for the tile's one or two blocks).
+template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales>
+constexpr uint32_t fp8_gemm_smem_sb_size() {
+    constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
+    return kGatherScales ? align_up<uint32_t>(kNumStages * 2 * 4, 8)
+                         : align_up<uint32_t>(num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks *
+                                                  (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4, 8);
+}
+
 // Shared-memory bytes of one instantiation; the host computes the same number (heuristics/sm90.py) and passes it
 // as kSmemSize, and the kernel static-asserts that the two agree.
-template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
+template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales>
 constexpr uint32_t fp8_gemm_smem_size() {
-    constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 2, 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
-    // RHS scales: [math warpgroups][2 buffers][1 or 2 scale blocks][kNumKBlocks] fp32
-    constexpr uint32_t sb = align_up<uint32_t>(
-        num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks * (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4, 8);
-    return d + kNumStages * stage + sb + kNumStages * 2 * 8;
+    return d + kNumStages * stage + fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>() +
+           kNumStages * 2 * 8;
 }
 
 // Config (see kernel_shell.cuh): kGemmType, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast,
 // kMulticastOnA, kSwizzleDBytes, kSmemSize, kPsumAlignment (psum layout: the row alignment of the experts' starts;
-// 0 for the other types), kGatherSA (SA is read through `sa` and its three strides, whatever its layout, instead of
-// `tensor_map_sa`: the producer warpgroup's gather warp copies each stage's BLOCK_M scales with cp.async, so the
-// caller's row-major per-token scales need no conversion).
+// 0 for the other types), kGatherScales (the producer warpgroup's gather warp copies each stage's scales with
+// cp.async: SA's BLOCK_M values through `sa` and its three strides, whatever its layout, instead of `tensor_map_sa`,
+// so the caller's row-major per-token scales need no conversion; and SB's one or two values of the K block, so
+// that no tile waits for its SB on a global load: with short K loops that load's latency was exposed per tile),
+// kLoadRowsA (rows of A each stage loads: BLOCK_M, or fewer when no group has more rows (batched GEMMs with
+// m < BLOCK_M); the rest of the stage's A tile keeps stale data, which only reaches rows the epilogue does not
+// write).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
@@ -62,7 +73,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                    const uint32_t num_groups,
                    uint8_t* __restrict__ d,
                    const uint32_t d_row_stride,
-                   const float* __restrict__ sa,         // kGatherSA: SA[g][row][k block] at these strides
+                   const float* __restrict__ sa,         // kGatherScales: SA[g][row][k block] at these strides
                    const uint32_t sa_group_stride,      // (elements; the group stride is 0 where rows are
                    const uint32_t sa_row_stride,        // numbered across groups: dense, contiguous, psum)
                    const uint32_t sa_k_stride) {
@@ -76,7 +87,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     constexpr uint32_t kNumStages = Config::kNumStages;
     constexpr uint32_t kNumMulticast = Config::kNumMulticast;
     constexpr bool kMulticastOnA = Config::kMulticastOnA;
-    constexpr bool kGatherSA = Config::kGatherSA;
+    constexpr bool kGatherScales = Config::kGatherScales;
     constexpr uint32_t kNumMathWGs = num_math_threads<BLOCK_M>() / 128;
     constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     constexpr uint32_t kNumSBBlocks = ceil_div(SHAPE_N, 128u);
@@ -91,13 +102,14 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     // ---- Shared memory: the shell's layout (kernel_shell.cuh), with SA per stage and SB per tile as scales ----
     constexpr uint32_t kSmemSABytes = BLOCK_M * 4;  // [BLOCK_M] fp32
     constexpr uint32_t kNumSBPerTile = kNumKBlocks * (kMayStraddle ? 2 : 1);
-    constexpr uint32_t kSmemSBBytes = align_up<uint32_t>(kNumMathWGs * 2 * kNumSBPerTile * 4, 8);
+    constexpr uint32_t kSmemSBBytes = fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>();
     using Shell = KernelShell<Config, align_up<uint32_t>(Epilogue::kSmemBytes, 1024),
-                              kNumStages * kSmemSABytes + kSmemSBBytes, kGatherSA ? 1 : 0>;
+                              kNumStages * kSmemSABytes + kSmemSBBytes, kGatherScales ? 1 : 0>;
     using WGMMA = typename Shell::WGMMA;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
     constexpr uint32_t kNumAccum = Shell::kNumAccum;
-    constexpr uint32_t kStageTxBytes = Shell::kSmemABytes + Shell::kSmemBBytes + (kGatherSA ? 0 : kSmemSABytes);
+    constexpr uint32_t kStageTxBytes =
+        Config::kLoadRowsA * kBlockK + Shell::kSmemBBytes + (kGatherScales ? 0 : kSmemSABytes);
 
     DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 8 and BLOCK_N <= 256,
                      "BLOCK_N must be a multiple of 8 in [8, 256]");
@@ -108,11 +120,14 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedContiguous or BLOCK_M <= 128,
                      "contiguous grouped tiles must not span two 128-row expert segments");
     DG_STATIC_ASSERT(not has_group_row_ends(kGemmType) or kNumMulticast == 1 or kMulticastOnA,
-                     "masked / psum / batched GEMMs may multicast only A (the pair shares the M block, hence the group)");
-    DG_STATIC_ASSERT(kGemmType != GemmType::Batched or kGatherSA, "the batched GEMM reads SA as the caller has it");
+                     "masked / psum / batched GEMMs multicast only A (the pair shares the M block, hence the group)");
+    DG_STATIC_ASSERT(kGemmType != GemmType::Batched or kGatherScales, "the batched GEMM reads SA as the caller has it");
+    DG_STATIC_ASSERT(Config::kLoadRowsA % 8 == 0 and Config::kLoadRowsA <= BLOCK_M and
+                     (Config::kLoadRowsA == BLOCK_M or kGemmType == GemmType::Batched),
+                     "A rows per stage: a multiple of 8 up to BLOCK_M; fewer only for batched GEMMs with m < it");
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
-    DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages>()),
+    DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>()),
                      "host and device disagree on the shared-memory size");
     constexpr bool kGrouped = kGemmType != GemmType::Normal;
     // Contiguous with B multicast: the pair's two M blocks may belong to two experts (each CTA then loads its own
@@ -124,7 +139,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
     float* smem_sa = reinterpret_cast<float*>(shell.smem_scales);  // [stages][BLOCK_M]
-    float* smem_sb = smem_sa + kNumStages * BLOCK_M;                 // [math WGs][2 buffers][kNumSBPerTile]
+    // [math WGs][2 buffers][kNumSBPerTile], or with gathered scales [stages][2]
+    float* smem_sb = smem_sa + kNumStages * BLOCK_M;
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
     using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment>;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
@@ -144,16 +160,16 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             return ops;
         };
         auto load_sa = [&](const Tile& tile, uint32_t scale_row, uint32_t stage, const Barrier* bar) {
-            if constexpr (not kGatherSA) {
+            if constexpr (not kGatherScales) {
                 const uint32_t sa_col = kGemmType == GemmType::MGroupedMasked ? tile.m_block * BLOCK_M : tile.row_base;
                 tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * BLOCK_M, static_cast<int32_t>(sa_col),
                             static_cast<int32_t>(scale_row), Shell::kCacheHint);
             }
         };
-        // kGatherSA: each lane copies the scales of rows lane, lane + 32, ... of the tile that exist (the others keep
-        // stale values, which only reach rows the epilogue does not write).
+        // kGatherScales: each lane copies the scales of rows lane, lane + 32, ... of the tile that exist (the others
+        // keep stale values, which only reach rows the epilogue does not write).
         auto gather_sa = [&](const Tile& tile, uint32_t k_block, uint32_t stage, uint32_t lane) {
-            if constexpr (kGatherSA) {
+            if constexpr (kGatherScales) {
                 const uint32_t first_row = has_group_row_ends(kGemmType) ? tile.m_block * BLOCK_M : tile.row_base;
                 const uint32_t rows = has_group_row_ends(kGemmType) ? tile.valid_rows
                                                                     : min(BLOCK_M, shape_m - tile.row_base);
@@ -163,6 +179,12 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 const uint32_t dst = smem_u32(smem_sa + stage * BLOCK_M);
                 for (uint32_t r = lane; r < rows; r += 32)
                     cp_async_4b(dst + r * 4, src + static_cast<uint64_t>(r) * sa_row_stride);
+                // SB of this K block for the tile's first and second 128-wide scale block (lanes 0 and 1).
+                if (lane < 2) {
+                    const uint32_t block = min(tile.n_block * BLOCK_N / 128 + lane, kNumSBBlocks - 1);
+                    cp_async_4b(smem_u32(smem_sb + stage * 2 + lane),
+                                sb + (tile.group * kNumSBBlocks + block) * kNumKBlocks + k_block);
+                }
             }
         };
         shell.template produce<kStageTxBytes>(make_scheduler, operands, load_sa, gather_sa);
@@ -179,9 +201,18 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             float b0, b1;
         };
         auto load_sb = [&](uint32_t k_block) {
+            if constexpr (kGatherScales)
+                return RhsScales{0.0f, 0.0f};  // in the stage instead: `stage_sb` once it is full
             const float sb0 = ld_shared_f32(tile_sb_addr + k_block * 4);
             const float sb1 = kMayStraddle ? ld_shared_f32(tile_sb_addr + (kNumKBlocks + k_block) * 4) : sb0;
             return RhsScales{sb0, sb1};
+        };
+        // Gathered scales: the K block's RHS scales from its (full) stage.
+        auto stage_sb = [&](uint32_t stage, const RhsScales& sb) {
+            if constexpr (not kGatherScales)
+                return sb;
+            const uint32_t addr = smem_u32(smem_sb + stage * 2);
+            return RhsScales{ld_shared_f32(addr), kMayStraddle ? ld_shared_f32(addr + 4) : ld_shared_f32(addr)};
         };
         // Promotion multipliers SA(row) * SB(scale block, k block) of this thread's rows (lane_row and
         // lane_row + 8 of its warp) in sub-tile s, for the tile's first and (if it straddles) second RHS scale
@@ -227,7 +258,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         constexpr uint32_t kSBPerThread = ceil_div(kNumSBPerTile, 128u);
         float* wg_sb = smem_sb + wg.math_wg * 2 * kNumSBPerTile;
         auto fetch_sb = [&](const Tile& t, float (&regs)[kSBPerThread]) {
-            if (kSkipPadding and t.skip)
+            if (kGatherScales or (kSkipPadding and t.skip))
                 return;  // a padding block: its expert index may be anything, read nothing (else t.group is 0)
             const uint32_t block0 = t.n_block * BLOCK_N / 128;
             const uint32_t block1 = min(block0 + 1, kNumSBBlocks - 1);
@@ -240,6 +271,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             }
         };
         auto store_sb = [&](uint32_t buf, const float (&regs)[kSBPerThread]) {
+            if constexpr (kGatherScales)
+                return;
             #pragma unroll
             for (uint32_t j = 0; j < kSBPerThread; ++j) {
                 const uint32_t i = wg.wg_thread + j * 128;
@@ -299,8 +332,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     uint32_t cur_stage = 0;
                     // Put K block k_block's WGMMAs in flight into partial buffer `buf` (with its scales).
                     auto issue_next = [&](auto buf, uint32_t k_block) {
-                        const RhsScales sb = load_sb(k_block);
+                        const RhsScales tile_sb = load_sb(k_block);
                         shell.ring.wait_full(stages);
+                        const RhsScales sb = stage_sb(stages.stage, tile_sb);
                         scales[decltype(buf)::value] = load_scales(stages.stage, 0, sb);
                         wg.issue_mma(stages.stage, 0, partial[decltype(buf)::value]);
                         cur_stage = stages.stage;
@@ -346,8 +380,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                     // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
                     #pragma unroll 4
                     for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
-                        const RhsScales sb = load_sb(k_block);
+                        const RhsScales tile_sb = load_sb(k_block);
                         shell.ring.wait_full(stages);
+                        const RhsScales sb = stage_sb(stages.stage, tile_sb);
                         #pragma unroll
                         for (uint32_t s = 0; s < kNumSubTiles; ++s) {
                             const Scales scales = load_scales(stages.stage, s, sb);
@@ -381,35 +416,46 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // ---- Epilogue (per warpgroup) ----
             if (has_next)
                 store_sb(sb_buf ^ 1, next_sb);
-            wg.store_tile(
-                [&] {
-                    #pragma unroll
-                    for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                        if constexpr (kGemmType == GemmType::MGroupedContiguous) {
-                            #pragma unroll
-                            for (uint32_t i = 0; i < kNumAccum; ++i)
-                                final_accum[s][i] = row_ok[s][(i / 2) % 2] ? final_accum[s][i] : 0.0f;
+            // NOTES: a tile of a few valid rows (decode) stores them from registers: its smem round trip and
+            // barriers sat on every tile's critical path, per tile, at m <= 16 (batched, masked).
+            constexpr uint32_t kDirectStoreRows = 16;
+            if (has_group_row_ends(kGemmType) and tile.valid_rows <= kDirectStoreRows) {
+                #pragma unroll
+                for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                    Epilogue::store_rows_direct(final_accum[s], wg.sub_tile_row(s) + wg.warp_row, wg.lane_idx,
+                                                tile.valid_rows, d, d_row_stride, tile.row_base, n_start, SHAPE_N);
+            } else {
+                wg.store_tile(
+                    [&] {
+                        #pragma unroll
+                        for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                            if constexpr (kGemmType == GemmType::MGroupedContiguous) {
+                                #pragma unroll
+                                for (uint32_t i = 0; i < kNumAccum; ++i)
+                                    final_accum[s][i] = row_ok[s][(i / 2) % 2] ? final_accum[s][i] : 0.0f;
+                            }
+                            Epilogue::write_warp(shell.smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row,
+                                                 wg.lane_idx);
                         }
-                        Epilogue::write_warp(shell.smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row,
-                                             wg.lane_idx);
-                    }
-                },
-                [&](bool is_leader) {
-                    if (has_group_row_ends(kGemmType) and tile.valid_rows < BLOCK_M) {
-                        // A group's last block: rows past the group's end must stay untouched, which a TMA box cannot
-                        // express, so the warpgroup copies its valid rows out of smem_d itself (16-byte chunks).
-                        #pragma unroll
-                        for (uint32_t s = 0; s < kNumSubTiles; ++s)
-                            Epilogue::copy_rows(shell.smem_d, wg.sub_tile_row(s), tile.valid_rows, d, d_row_stride,
-                                                tile.row_base, n_start, SHAPE_N, wg.wg_thread);
-                    } else if (is_leader) {
-                        #pragma unroll
-                        for (uint32_t s = 0; s < kNumSubTiles; ++s)
-                            Epilogue::store_rows(&tensor_map_d, shell.smem_d, wg.sub_tile_row(s), tile.row_base,
-                                                 n_start);
-                        tma_store_commit();
-                    }
-                });
+                    },
+                    [&](bool is_leader) {
+                        if (has_group_row_ends(kGemmType) and tile.valid_rows < BLOCK_M) {
+                            // A group's last block: rows past the group's end must stay untouched, which a TMA
+                            // box cannot express, so the warpgroup copies its valid rows out of smem_d itself
+                            // (16-byte chunks).
+                            #pragma unroll
+                            for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                                Epilogue::copy_rows(shell.smem_d, wg.sub_tile_row(s), tile.valid_rows, d, d_row_stride,
+                                                    tile.row_base, n_start, SHAPE_N, wg.wg_thread);
+                        } else if (is_leader) {
+                            #pragma unroll
+                            for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                                Epilogue::store_rows(&tensor_map_d, shell.smem_d, wg.sub_tile_row(s), tile.row_base,
+                                                     n_start);
+                            tma_store_commit();
+                        }
+                    });
+            }
             tile = next_tile, has_tile = has_next, sb_buf ^= 1;
         }
         wg.finish();
