@@ -70,10 +70,11 @@ def test_first_calls_after_warmup_compile_nothing(tmp_path, monkeypatch):
     d, c, mk = (small["gemm_fp8_fp8_bf16_nt"], small["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"],
                 small["m_grouped_gemm_fp8_fp8_bf16_nt_masked"])
     w, kg = small["wgrad_gemm_fp8_fp8_fp32_nt"], small["k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"]
+    bm = small["bmm_fp8_fp8_bf16_nt"]
     summary = deep_gemm.warmup(dense=[(d["n"], d["k"])], contiguous=[(c["n"], c["k"], len(c["sizes"]))],
                                masked=[(mk["n"], mk["k"], mk["groups"], [mk["expected_m"]])],
                                wgrad=[(w["m"], w["n"])], k_grouped=[(kg["m"], kg["n"], len(kg["ks"]))],
-                               progress=False)
+                               bmm=[(bm["n"], bm["k"], bm["batches"], [bm["m"]])], progress=False)
     assert summary["failures"] == [] and summary["compiled"] == summary["kernels"]
     before = jit.stats()
     for spec in SPECS:

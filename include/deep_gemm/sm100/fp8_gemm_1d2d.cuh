@@ -153,6 +153,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,    // A [
     // full: the producer's arrival + the stage's bytes (pair: both CTAs' bytes on the even CTA's barrier).
     // empty: one commit of the MMA warp per cluster CTA that read the stage (multicast: both CTAs' MMAs read it).
     // accum_full: one commit per accumulator hand-off; accum_empty: every epilogue warp of the CTA (pair: of both).
+    // NOTES: before a tcgen05.alloc.cta_group::2 "the issuing warp must make sure that peer CTA is launched" (PTX ISA,
+    // tcgen05.alloc): a cluster barrier first, as CUTLASS's and DeepGEMM's 2-CTA kernels have before theirs.
+    if constexpr (kPairMma)
+        cluster_sync();
     if (warp_idx == 0 and lane_idx == 0) {
         prefetch_tma_descriptor(&tensor_map_a);
         prefetch_tma_descriptor(&tensor_map_b);
