@@ -319,3 +319,12 @@ def test_batched_decode_with_one_k_block_uses_the_widest_tile():
 def test_kernel_key_tells_a_box_rows_apart():
     from deep_gemm.heuristics.sm90 import kernel_key
     assert kernel_key(_batched(128, 1, 512, 128)) != kernel_key(_batched(128, 16, 512, 128))
+
+
+@pytest.mark.parametrize("b,m,n,k,block", [(16, 2048, 128, 512, (128, 128)), (16, 512, 512, 128, (128, 128)),
+                                           (16, 512, 128, 512, (64, 128)), (16, 4096, 128, 512, (256, 128))])
+def test_batched_few_k_blocks_avoid_one_large_tile_per_cta(b, m, n, k, block):
+    """With <= 4 K blocks a CTA holding one large tile cannot overlap its loads with its stores (H200 sweeps,
+    benchmarks/NOTES.md issue 17); small tiles and grids of several tiles per CTA are left alone."""
+    c = _batched(b, m, n, k)
+    assert (c.block_m, c.block_n) == block
