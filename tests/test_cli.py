@@ -138,3 +138,22 @@ def test_subcommands_of_doctor_are_added_when_it_exists():
     with pytest.raises(SystemExit) as info:
         cli_main(["doctor", "--help"])
     assert info.value.code == 0
+
+
+def test_compile_for_sm100a_writes_cubins(tmp_path, cache_dir):
+    """`compile --arch sm_100a` (no Blackwell GPU needed) builds the sm100 family's kernels of the shape, both scale
+    paths, into the cache: one cubin per kernel."""
+    from deep_gemm.launchers import sm100_fp8_gemm
+    summary_file = tmp_path / "summary.json"
+    result = run_cli(["compile", "--arch", "sm_100a", "--m", "128", "--n", "512", "--k", "256", "--only-m",
+                      "--jobs", "2", "--json", str(summary_file)], cache_dir)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(summary_file.read_text())
+    assert summary["failures"] == [] and summary["arch"] == "sm_100a" and summary["kernels"] >= 2
+    expected = set()
+    for scales in ("fp32", "ue8m0"):
+        expected |= names(sm100_fp8_gemm.runtime_kernels(512, 256, 148, "sm_100a", ms=[128], scales=scales))
+    assert cached_instantiations(cache_dir) == expected
+    for entry in entries(cache_dir):
+        cubins = [f for f in os.listdir(os.path.join(str(cache_dir), "cache", entry)) if f.endswith(".cubin")]
+        assert len(cubins) == 1, entry
