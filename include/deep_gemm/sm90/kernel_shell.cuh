@@ -154,6 +154,8 @@ struct KernelShell {
                                            LoadScales load_scales, Gather gather = {}) const {
         warpgroup_reg_dealloc<40>();
         if constexpr (kNumGatherWarps > 0) {
+            // NOTES: the same tile/stage walk as the TMA thread's below, written out twice on purpose: the TMA
+            // loop's code shape is load-bearing (barrier.cuh NOTES: unrolling and constant-folded stage indices).
             if (warp_idx == kNumMathThreads / 32 + 1) {
                 auto scheduler = make_scheduler();
                 Tile tile;
