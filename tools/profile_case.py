@@ -39,7 +39,10 @@ def main() -> None:
         p.error(str(e))
     if args.ncu:
         kernel = "fp8_wgrad_gemm" if args.family in ("wgrad", "k_grouped") else "fp8_gemm_1d2d"
-        cmd = ["ncu", "-f", "-k", f"regex:{kernel}", "--set", args.ncu_set, "-o", args.ncu, sys.executable, "-m",
+        # NOTES: --clock-control none: ncu otherwise locks the clocks to base, so its durations are not the ones the
+        # benchmarks measure (and METHOD.md asks to leave the device's clocks alone).
+        cmd = ["ncu", "-f", "--clock-control", "none", "-k", f"regex:{kernel}", "--set", args.ncu_set, "-o", args.ncu,
+               sys.executable, "-m",
                "tools.profile_case", args.case, "--family", args.family, "--calls", str(args.calls)]
         cmd += (["--config", args.config] if args.config else []) + (["--skew"] if args.skew else [])
         print(" ".join(cmd), flush=True)
