@@ -88,3 +88,38 @@ def test_cuda_graph_replay_with_new_inputs():
     graph.replay()
     torch.cuda.synchronize()
     assert deep_gemm.calc_diff(out, new_ref) < 1e-5
+
+
+@pytest.mark.parametrize("batches,m,n,k", [(300, 1, 512, 128), (1, 5000, 4096, 512), (7, 65, 8, 16), (2, 129, 264, 7168)])
+def test_batch_counts_and_ragged_edges(batches, m, n, k):
+    _run(batches, m, n, k, seed=batches + m + n + k)
+
+
+def test_broadcast_scales_with_zero_strides():
+    """xs expanded from one row of scales per batch (stride 0 along m): read at the caller's strides as they are."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    lhs, rhs, _, _ = bmm_inputs(4, 33, 256, 256, gen, "cuda")
+    x8, xs = lhs
+    xs_b = xs[:, :1].expand(-1, 33, -1)
+    assert xs_b.stride(1) == 0
+    out = torch.empty((4, 33, 256), dtype=torch.bfloat16, device="cuda")
+    deep_gemm.bmm_fp8_fp8_bf16_nt((x8, xs_b), rhs, out)
+    y8, ys = rhs
+    from deep_gemm.testing import dequant_per_block, dequant_per_token
+    xd = dequant_per_token(x8.reshape(-1, 256), xs_b.reshape(-1, 2)).view(4, 33, 256)
+    yd = torch.stack([dequant_per_block(y8[b], ys[b]) for b in range(4)])
+    torch.cuda.synchronize()
+    assert deep_gemm.calc_diff(out, torch.bmm(xd, yd.transpose(1, 2))) < 1e-5
+
+
+def test_empty_and_zero_k_calls():
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    lhs, rhs, _, _ = bmm_inputs(3, 5, 64, 128, gen, "cuda")
+    out = torch.full((3, 5, 64), float("nan"), dtype=torch.bfloat16, device="cuda")
+    x0 = torch.empty((3, 5, 0), dtype=torch.float8_e4m3fn, device="cuda")
+    y0 = torch.empty((3, 64, 0), dtype=torch.float8_e4m3fn, device="cuda")
+    deep_gemm.bmm_fp8_fp8_bf16_nt((x0, lhs[1][:, :, :0]), (y0, rhs[1][:, :, :0]), out)  # k = 0: zeros
+    torch.cuda.synchronize()
+    assert bool((out == 0).all())
+    empty = torch.empty((3, 0, 64), dtype=torch.bfloat16, device="cuda")
+    deep_gemm.bmm_fp8_fp8_bf16_nt((lhs[0][:, :0], lhs[1][:, :0]), rhs, empty)  # m = 0: nothing to do
