@@ -142,6 +142,27 @@ def _shape(item, family: str, fields: Tuple[str, ...]) -> tuple:
     return tuple(item)
 
 
+# The 1d2d kernel family's shape kinds (dense, grouped, batched), as `warmup` names them.
+_GEMM_KINDS = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
+               "masked": KernelType.M_GROUPED_MASKED, "psum": KernelType.M_GROUPED_PSUM, "bmm": KernelType.BATCHED}
+
+
+def _gemm_shape(family: str, item, ms: Optional[Tuple[int, ...]]):
+    """(kind, n, k, groups, ms) of one shape of a 1d2d-family `family` (see `warmup`): the kernels of masked,
+    psum and bmm shapes depend on their expected_m / m values, which replace `ms`."""
+    if family == "dense":
+        (n, k), groups = _shape(item, family, ("n", "k")), 1
+    elif family == "contiguous":
+        n, k, groups = _shape(item, family, ("n", "k", "num_groups"))
+    else:
+        rows = "m" if family == "bmm" else "expected_m"
+        n, k, groups, expected = _shape(item, family, ("n", "k", "num_batches" if family == "bmm" else "num_groups",
+                                                       rows))
+        ms = _expected_ms(expected, rows)
+    _positive(n=n, k=k, num_groups=groups)
+    return _GEMM_KINDS[family], n, k, groups, ms
+
+
 def _family_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: int, arch: str) -> List:
     """The kernels one shape of `family` loads (see `warmup`); errors name the shape."""
     where = f"{family} shape {item!r}"
@@ -153,20 +174,7 @@ def _family_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: i
                 _shape(item, family, ("m", "n")) + (1,)
             _positive(m=m, n=n, num_groups=groups)
             return [wgrad_1d1d.kernel_source(n, *wgrad_1d1d.kernel_choice(m, n, groups, num_sms))]
-        if family == "dense":
-            (n, k), groups = _shape(item, family, ("n", "k")), 1
-        elif family == "contiguous":
-            n, k, groups = _shape(item, family, ("n", "k", "num_groups"))
-        elif family == "bmm":
-            n, k, groups, expected = _shape(item, family, ("n", "k", "num_batches", "m"))
-        else:
-            n, k, groups, expected = _shape(item, family, ("n", "k", "num_groups", "expected_m"))
-        _positive(n=n, k=k, num_groups=groups)
-        kind = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
-                "masked": KernelType.M_GROUPED_MASKED, "psum": KernelType.M_GROUPED_PSUM,
-                "bmm": KernelType.BATCHED}[family]
-        if family in ("masked", "psum", "bmm"):
-            ms = _expected_ms(expected, "m" if family == "bmm" else "expected_m")
+        kind, n, k, groups, ms = _gemm_shape(family, item, ms)
         alignment = get_mk_alignment_for_contiguous_layout() if family == "psum" else 0
         return gemm_1d2d.runtime_kernels(n, k, num_sms, arch, kind, ms, groups, alignment)
     except (TypeError, ValueError) as e:
@@ -175,22 +183,13 @@ def _family_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: i
 
 def _sm100_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: int, arch: str) -> List:
     """`_family_sources` for sm_100a: the sm100 family's kernels (launchers/sm100_fp8_gemm.py) of the dense,
-    contiguous and masked GEMMs, in both scale paths (the public ops load the FP32 one; the UE8M0 one is the
-    family's opt-in)."""
+    contiguous and masked GEMMs, in both scale paths (the May-2025 names load the FP32 one, DeepGEMM's v2 names
+    the UE8M0 one unless disable_ue8m0_cast=True)."""
     from .heuristics.sm100 import SCALE_PATHS
     from .launchers import sm100_fp8_gemm
-    if family == "dense":
-        (n, k), groups = _shape(item, family, ("n", "k")), 1
-    elif family == "contiguous":
-        n, k, groups = _shape(item, family, ("n", "k", "num_groups"))
-    elif family == "masked":
-        n, k, groups, expected = _shape(item, family, ("n", "k", "num_groups", "expected_m"))
-        ms = _expected_ms(expected, "expected_m")
-    else:
+    if family not in ("dense", "contiguous", "masked"):
         raise ValueError(f"no {arch} kernel for the {family} family (sm_100a: dense, contiguous and masked)")
-    _positive(n=n, k=k, num_groups=groups)
-    kind = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
-            "masked": KernelType.M_GROUPED_MASKED}[family]
+    kind, n, k, groups, ms = _gemm_shape(family, item, ms)
     return [s for scales in SCALE_PATHS
             for s in sm100_fp8_gemm.runtime_kernels(n, k, num_sms, arch, kind, ms, groups, scales)]
 
