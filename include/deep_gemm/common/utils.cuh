@@ -107,9 +107,10 @@ __device__ __forceinline__ void st_global_cg_v4(float* dst, float x, float y, fl
     asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "f"(x), "f"(y), "f"(z), "f"(w)
                  : "memory");
 }
+// NOTES: volatile keeps it after the barriers and fences before it (volatile asm keeps its order); no memory clobber,
+// so that a batch of them issues back to back.
 __device__ __forceinline__ void ld_global_cg_v4(const float* src, float& x, float& y, float& z, float& w) {
-    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x), "=f"(y), "=f"(z), "=f"(w) : "l"(src)
-                 : "memory");
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x), "=f"(y), "=f"(z), "=f"(w) : "l"(src));
 }
 
 // 16 bytes from shared memory to global memory through registers (both addresses 16-byte aligned).

@@ -332,16 +332,24 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 return false;
             __threadfence();
             const uint32_t first_slot = t.sk_slot - t.sk_part;
+            // NOTES: loads in batches of kBatch chunks, then their adds: one load and its add at a time waits a full
+            // L2 latency per chunk (H200: stream-K 25-30% slower than whole tiles at 4200x2112x2048).
+            constexpr uint32_t kBatch = 8;
             for (uint32_t p = 0; p < t.sk_parts; ++p) {
                 #pragma unroll
                 for (uint32_t s = 0; s < kNumSubTiles; ++s) {
                     #pragma unroll
-                    for (uint32_t c = 0; c < kChunks; ++c) {
-                        float v[4];
-                        ld_global_cg_v4(chunk(first_slot + p, s, c), v[0], v[1], v[2], v[3]);
+                    for (uint32_t c0 = 0; c0 < kChunks; c0 += kBatch) {
+                        float v[kBatch][4];
                         #pragma unroll
-                        for (uint32_t e = 0; e < 4; ++e)
-                            final_accum[s][c * 4 + e] = p == 0 ? v[e] : final_accum[s][c * 4 + e] + v[e];
+                        for (uint32_t c = c0; c < min(c0 + kBatch, kChunks); ++c)
+                            ld_global_cg_v4(chunk(first_slot + p, s, c), v[c - c0][0], v[c - c0][1], v[c - c0][2],
+                                            v[c - c0][3]);
+                        #pragma unroll
+                        for (uint32_t c = c0; c < min(c0 + kBatch, kChunks); ++c)
+                            #pragma unroll
+                            for (uint32_t e = 0; e < 4; ++e)
+                                final_accum[s][c * 4 + e] = p == 0 ? v[c - c0][e] : final_accum[s][c * 4 + e] + v[c - c0][e];
                     }
                 }
             }
