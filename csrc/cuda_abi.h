@@ -51,6 +51,5 @@ using TensorMapEncodeTiledFn = Result (*)(TensorMap*, int data_type, unsigned in
 using LaunchKernelExFn = Result (*)(const LaunchConfig*, Function, void** kernel_params, void** extra);
 using CtxGetCurrentFn = Result (*)(Context*);
 using GetErrorStringFn = Result (*)(Result, const char**);
-using StreamIsCapturingFn = Result (*)(Stream, int* status);  // status 0: CU_STREAM_CAPTURE_STATUS_NONE
 
 }  // namespace deep_gemm::cu

@@ -18,12 +18,6 @@
 // tensor); when torch is importable at build time (`pip install --no-build-isolation`, `setup.py build_ext`),
 // setup.py defines DG_WITH_TORCH and tensors are read from the at::Tensor directly (~20 ns each), which ties the
 // module to that torch version. The GIL is held throughout, which serialises access to the plan table.
-//
-// Workspaces: a launch may ask for scratch memory (stream-K partial sums and their arrival counters, which the kernel
-// leaves zero). Kernels on one stream run in order, so each (device, stream) gets one buffer, from the Python
-// provider (`set_workspace_provider`, torch's allocator, zeroed once) and kept here; kernels on two streams never
-// share one. A launch being captured into a CUDA graph gets a buffer of its own from the provider each time (the
-// graph keeps it), so replaying the graph on any stream cannot race with eager calls.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
@@ -76,11 +70,9 @@ struct MapPatch {
     int64_t encoded_ptr;  // the address the buffer's descriptor was last encoded for (-1: none)
 };
 
-constexpr int kWorkspaceTensor = -1;  // a PtrPatch's `tensor` for the launch's workspace
-
 struct PtrPatch {
     size_t offset;
-    int tensor;           // the call's tensor, or kWorkspaceTensor
+    int tensor;
     int64_t ptr_offset;
 };
 
@@ -91,7 +83,6 @@ struct Launch {
     std::vector<void*> params;  // kernelParams: pointers into `buffer`
     std::vector<MapPatch> maps;
     std::vector<PtrPatch> ptrs;
-    int64_t workspace_bytes = 0;  // scratch memory the launch needs (see Workspaces above); 0: none
 };
 
 struct Plan {
@@ -138,15 +129,6 @@ struct Globals {
     cu::LaunchKernelExFn launch = nullptr;
     cu::CtxGetCurrentFn ctx_get_current = nullptr;
     cu::GetErrorStringFn get_error_string = nullptr;
-    cu::StreamIsCapturingFn stream_is_capturing = nullptr;
-    // Workspaces (see the top of this file): provider(device, stream, bytes, capturing) -> (pointer, bytes).
-    PyObject* workspace_provider = nullptr;
-    struct Workspace {
-        int device;
-        void* stream;
-        int64_t ptr, bytes;
-    };
-    std::vector<Workspace> workspaces;
     // Layout key -> plan capsule (a strong reference). `key` is reused by every call (no allocation per call).
     std::unordered_map<Key, PyObject*, KeyHash> plans;
     Key key;
@@ -169,10 +151,9 @@ bool load_driver() {
     auto launch = reinterpret_cast<cu::LaunchKernelExFn>(dlsym(lib, "cuLaunchKernelEx"));
     auto ctx = reinterpret_cast<cu::CtxGetCurrentFn>(dlsym(lib, "cuCtxGetCurrent"));
     auto err = reinterpret_cast<cu::GetErrorStringFn>(dlsym(lib, "cuGetErrorString"));
-    auto capturing = reinterpret_cast<cu::StreamIsCapturingFn>(dlsym(lib, "cuStreamIsCapturing"));
-    if (encode == nullptr or launch == nullptr or ctx == nullptr or err == nullptr or capturing == nullptr)
+    if (encode == nullptr or launch == nullptr or ctx == nullptr or err == nullptr)
         return false;
-    g.encode = encode, g.ctx_get_current = ctx, g.get_error_string = err, g.stream_is_capturing = capturing;
+    g.encode = encode, g.ctx_get_current = ctx, g.get_error_string = err;
     g.launch = launch;
     return true;
 }
@@ -382,15 +363,10 @@ bool bad_plan(const char* what) {
     return false;
 }
 
-// launch = (grid, block, smem, cluster, buffer_size, arg_offsets, init_bytes, maps, ptrs, workspace_bytes); see
-// make_plan.
+// launch = (grid, block, smem, cluster, buffer_size, arg_offsets, init_bytes, maps, ptrs); see make_plan.
 bool parse_launch(PyObject* obj, int num_tensors, Launch& launch) {
-    if (not PyTuple_Check(obj) or PyTuple_GET_SIZE(obj) != 10)
-        return bad_plan("a launch must be a 10-tuple");
-    if (not as_i64(PyTuple_GET_ITEM(obj, 9), launch.workspace_bytes))
-        return false;
-    if (launch.workspace_bytes < 0)
-        return bad_plan("workspace bytes must be >= 0");
+    if (not PyTuple_Check(obj) or PyTuple_GET_SIZE(obj) != 9)
+        return bad_plan("a launch must be a 9-tuple");
     int64_t v[5];
     for (int i = 0; i < 5; ++i)
         if (not as_i64(PyTuple_GET_ITEM(obj, i), v[i]))
@@ -487,8 +463,8 @@ bool parse_launch(PyObject* obj, int num_tensors, Launch& launch) {
             return false;
         if (p[0] < 0 or p[0] + 8 > buffer_size or p[0] % 8 != 0)
             return bad_plan("a pointer must lie 8-byte aligned inside the buffer");
-        if (p[1] == kWorkspaceTensor ? p[2] < 0 or p[2] >= launch.workspace_bytes : p[1] < 0 or p[1] >= num_tensors)
-            return bad_plan("pointer tensor index out of range, or a workspace offset outside the workspace");
+        if (p[1] < 0 or p[1] >= num_tensors)
+            return bad_plan("pointer tensor index out of range");
         launch.ptrs.push_back(PtrPatch{static_cast<size_t>(p[0]), static_cast<int>(p[1]), p[2]});
     }
     return true;
@@ -554,49 +530,6 @@ bool pointers_fit(const Plan& plan, const int64_t* ptrs) {
     return true;
 }
 
-// The workspace of at least `bytes` for launches on (device, stream), or -1 with a Python error set.
-int64_t workspace_for(int device, void* stream, int64_t bytes) {
-    int capture_status = 0;
-    const cu::Result r = g.stream_is_capturing(stream, &capture_status);
-    if (r != 0) {
-        driver_error("cuStreamIsCapturing", r);
-        return -1;
-    }
-    const bool capturing = capture_status != 0;
-    if (not capturing)
-        for (const auto& w : g.workspaces)
-            if (w.device == device and w.stream == stream and w.bytes >= bytes)
-                return w.ptr;
-    if (g.workspace_provider == nullptr) {
-        PyErr_SetString(PyExc_RuntimeError, "deep_gemm._C: a launch needs a workspace and no provider is set");
-        return -1;
-    }
-    PyObject* result = PyObject_CallFunction(g.workspace_provider, "iKLO", device,
-                                             static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(stream)),
-                                             static_cast<long long>(bytes), capturing ? Py_True : Py_False);
-    if (result == nullptr)
-        return -1;
-    Py_ssize_t two = 2;
-    int64_t got[2];
-    const bool ok = int_tuple(result, two, got, 2, "workspace");
-    Py_DECREF(result);
-    if (not ok)
-        return -1;
-    if (got[1] < bytes or got[0] == 0) {
-        PyErr_SetString(PyExc_RuntimeError, "deep_gemm._C: the workspace provider returned too small a buffer");
-        return -1;
-    }
-    if (not capturing) {
-        bool found = false;
-        for (auto& w : g.workspaces)
-            if (w.device == device and w.stream == stream)
-                w.ptr = got[0], w.bytes = got[1], found = true;
-        if (not found)
-            g.workspaces.push_back({device, stream, got[0], got[1]});
-    }
-    return got[0];
-}
-
 // Encodes what changed and launches every launch of the plan on the device's current stream.
 PyObject* run_plan(Plan& plan, const int64_t* ptrs) {
     if (plan.launches.empty())
@@ -615,10 +548,6 @@ PyObject* run_plan(Plan& plan, const int64_t* ptrs) {
     static const unsigned int kElementStrides[kMaxRank] = {1, 1, 1};
     for (Launch& launch : plan.launches) {
         uint8_t* buffer = launch.buffer.get();
-        int64_t workspace = 0;
-        if (launch.workspace_bytes > 0 and (workspace = workspace_for(plan.device, stream,
-                                                                     launch.workspace_bytes)) < 0)
-            return nullptr;
         for (MapPatch& m : launch.maps) {
             const int64_t ptr = ptrs[m.tensor] + m.ptr_offset;
             if (m.encoded_ptr == ptr)
@@ -634,7 +563,7 @@ PyObject* run_plan(Plan& plan, const int64_t* ptrs) {
             m.encoded_ptr = ptr;
         }
         for (const PtrPatch& p : launch.ptrs) {
-            const int64_t ptr = (p.tensor == kWorkspaceTensor ? workspace : ptrs[p.tensor]) + p.ptr_offset;
+            const int64_t ptr = ptrs[p.tensor] + p.ptr_offset;
             std::memcpy(buffer + p.offset, &ptr, sizeof(ptr));
         }
         launch.config.stream = stream;
@@ -838,25 +767,6 @@ PyObject* clear(PyObject*, PyObject*) {
     Py_RETURN_NONE;
 }
 
-// set_workspace_provider(provider): see Workspaces at the top; drops the workspaces known so far.
-PyObject* set_workspace_provider(PyObject*, PyObject* provider) {
-    if (not PyCallable_Check(provider)) {
-        PyErr_SetString(PyExc_TypeError, "set_workspace_provider: provider must be callable");
-        return nullptr;
-    }
-    Py_INCREF(provider);
-    Py_XDECREF(g.workspace_provider);
-    g.workspace_provider = provider;
-    g.workspaces.clear();
-    Py_RETURN_NONE;
-}
-
-// forget_workspaces(): the provider's buffers are about to be freed; ask it again on the next launch.
-PyObject* forget_workspaces(PyObject*, PyObject*) {
-    g.workspaces.clear();
-    Py_RETURN_NONE;
-}
-
 PyObject* stats(PyObject*, PyObject*) {
     return Py_BuildValue("{s:K,s:K,s:K,s:n}", "fast", static_cast<unsigned long long>(g.num_fast), "slow",
                          static_cast<unsigned long long>(g.num_slow), "registered",
@@ -897,9 +807,6 @@ PyMethodDef methods[] = {
      "init(slow_path, raw_stream, error_type, Tensor, Parameter, dtypes, signatures)"},
     {"set_num_sms_cap", set_num_sms_cap, METH_O, "The set_num_sms cap (0: none), part of every layout key."},
     {"clear", clear, METH_NOARGS, "Forget every cached plan."},
-    {"set_workspace_provider", set_workspace_provider, METH_O,
-     "set_workspace_provider(provider): provider(device, stream, bytes, capturing) -> (pointer, bytes)."},
-    {"forget_workspaces", forget_workspaces, METH_NOARGS, "Forget the workspaces the provider handed out."},
     {"stats", stats, METH_NOARGS, "Counters: fast launches, slow-path calls, plans registered, plans held."},
     {"tensor_reader", [](PyObject*, PyObject*) -> PyObject* { return PyUnicode_FromString(DG_TENSOR_READER); },
      METH_NOARGS, "How this build reads tensors: \"CPython API\" or \"torch headers\"."},

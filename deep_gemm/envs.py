@@ -52,10 +52,6 @@ VARIABLES: Tuple[Variable, ...] = (
     Variable("DG_SM100_SELFTEST", "sm100_selftest", "1", True,
              "Before the first launch of an sm100 kernel family on a device, run it on small problems against a "
              "reference and raise SelfTestError if it is wrong (deep_gemm/selftest.py); 0 skips the check."),
-    Variable("DG_STREAM_K", "stream_k", "1", True,
-             "Split the last partial wave of dense and contiguous grouped GEMMs along K (stream-K; results are "
-             "deterministic but their rounding depends on the problem's size); 0 computes every tile whole. "
-             "Read when a plan is built (runtime.clear_plans() drops built ones)."),
 )
 
 
@@ -75,7 +71,6 @@ class Env:
     jit_with_lineinfo: bool
     jit_ptxas_check: bool
     sm100_selftest: bool
-    stream_k: bool
 
 
 def read_env() -> Env:

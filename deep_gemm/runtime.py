@@ -119,8 +119,6 @@ def clear_plans() -> None:
     """Forget every validated layout and cached plan (the next call of each layout validates again)."""
     _layouts.clear()
     _C.clear()
-    _C.forget_workspaces()
-    _workspaces.clear()
     from .launchers import sf_layout, sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
     from .launchers import sm100_fp8_gemm
     gemm_1d2d.clear_kernels()
@@ -163,29 +161,8 @@ def forced_config(config):
         clear_plans()
 
 
-# Workspaces `_C` hands to launches (csrc/launch.cpp, "Workspaces"): one zeroed buffer per (device, stream), grown
-# by doubling; and the buffers of launches captured into CUDA graphs, one per captured launch, kept for the process
-# (a graph may be replayed as long as it lives, and nothing tells us when it dies).
-_workspaces: Dict[tuple, torch.Tensor] = {}
-_graph_workspaces: list = []
-
-
-def _provide_workspace(device: int, stream: int, nbytes: int, capturing: bool) -> tuple:
-    """(pointer, bytes) of a zeroed buffer of at least `nbytes` for launches on (device, stream); called by `_C`
-    with that stream current, so torch's allocator orders the buffer (and its zeroing) on it."""
-    if capturing:
-        buffer = torch.zeros(nbytes, dtype=torch.uint8, device=f"cuda:{device}")
-        _graph_workspaces.append(buffer)
-        return buffer.data_ptr(), nbytes
-    old = _workspaces.get((device, stream))
-    size = max(nbytes, 2 * old.numel() if old is not None else 0)
-    buffer = _workspaces[(device, stream)] = torch.zeros(size, dtype=torch.uint8, device=f"cuda:{device}")
-    return buffer.data_ptr(), size
-
-
 def _init() -> None:
     _register_families()
-    _C.set_workspace_provider(_provide_workspace)
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     _C.init(_slow_path, raw_stream, CUDADriverError, torch.Tensor, torch.nn.Parameter,
             (torch.float8_e4m3fn, torch.float32, torch.bfloat16, torch.int32),

@@ -57,44 +57,6 @@ def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, gather_s
     return d + num_stages * stage + sb + num_stages * 2 * 8
 
 
-def overlaps_promotion(block_m: int, block_n: int) -> bool:
-    """Whether the kernel overlaps a K block's promotion with the next one's WGMMAs (kOverlapPromotion: one 64-row
-    sub-tile per math warpgroup and at most 64 accumulators per thread)."""
-    sub_tiles = block_m // (64 * (num_math_threads(block_m) // 128))
-    return sub_tiles == 1 and block_n // 2 <= 64
-
-
-def stream_k_capable(config: GemmConfig, kind: KernelType) -> bool:
-    """Whether the kernel of `config` may split its last partial wave along K (kStreamK in fp8_gemm_1d2d.cuh; the
-    kernel decides per launch whether the split pays)."""
-    return kind in (KernelType.NORMAL, KernelType.M_GROUPED_CONTIGUOUS) and config.num_multicast == 1 and \
-        not overlaps_promotion(config.block_m, config.block_n)
-
-
-# TileScheduler::kMinStreamKBlocks (include/deep_gemm/common/scheduler.cuh).
-MIN_STREAM_K_BLOCKS = 4
-
-
-def stream_k_split(num_tiles: int, k_blocks: int, grid: int, num_stages: int) -> Optional[Tuple[int, int]]:
-    """(tail tiles, K blocks per CTA) of a stream-K launch, or None where the kernel computes every tile whole; the
-    same decision as TileScheduler::set_k_blocks (for tests and diagnostics: the kernel decides on the device)."""
-    step = num_stages if k_blocks % num_stages == 0 else 1
-    tail = num_tiles % grid
-    if tail == 0:
-        return None
-    blocks = ceil_div(max(ceil_div(tail * k_blocks, grid), MIN_STREAM_K_BLOCKS), step) * step
-    if 4 * blocks > 3 * k_blocks:
-        return None
-    return tail, blocks
-
-
-def stream_k_workspace(config: GemmConfig, grid: int) -> Tuple[int, int]:
-    """(counter bytes, partial-sum bytes) of a stream-K launch of `grid` CTAs: one arrival counter per tail tile and
-    math warpgroup (fewer than grid tiles), and 2 x grid slots of BLOCK_M x BLOCK_N FP32 partial sums."""
-    counters = (grid * 2 * 4 + 255) // 256 * 256
-    return counters, 2 * grid * config.block_m * config.block_n * 4
-
-
 def _legal_block(block_m: int, block_n: int) -> bool:
     # Two 64-row sub-tiles per math warpgroup keep 2 x BLOCK_N / 2 final FP32 accumulators per thread.
     if block_m == 256 and block_n > 128:

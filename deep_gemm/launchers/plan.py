@@ -11,7 +11,6 @@ from ..jit.runtime import current_context
 
 _MAP_BYTES = 128   # sizeof(CUtensorMap)
 _MAP_ALIGN = 128   # alignof(CUtensorMap) (cuda.h 13)
-WORKSPACE = -1     # the tensor index of the launch's workspace in a pointer patch (csrc/launch.cpp)
 
 
 class ParamBuffer:
@@ -22,7 +21,6 @@ class ParamBuffer:
         self.offsets: List[int] = []
         self.maps: List[tuple] = []
         self.ptrs: List[tuple] = []
-        self.workspace_bytes = 0
 
     def _append(self, size: int, align: int) -> int:
         offset = (len(self._data) + align - 1) // align * align
@@ -41,12 +39,6 @@ class ParamBuffer:
     def pointer(self, tensor: int, ptr_offset: int = 0) -> None:
         """A pointer parameter: tensor `tensor`'s address (+ `ptr_offset` bytes)."""
         self.ptrs.append((self._append(8, 8), tensor, ptr_offset))
-
-    def workspace_pointer(self, ptr_offset: int, bytes_after: int) -> None:
-        """A pointer parameter into the launch's workspace: `_C` gives every (device, stream) one zeroed buffer of
-        scratch memory (see csrc/launch.cpp); this pointer addresses `bytes_after` bytes from `ptr_offset`."""
-        self.ptrs.append((self._append(8, 8), WORKSPACE, ptr_offset))
-        self.workspace_bytes = max(self.workspace_bytes, ptr_offset + bytes_after)
 
     def null_pointer(self) -> None:
         self._append(8, 8)
@@ -76,7 +68,7 @@ class ParamBuffer:
     def launch(self, grid: int, block: int, smem: int, cluster: int) -> tuple:
         """The launch tuple `_C.make_plan` takes."""
         return (grid, block, smem, cluster, len(self._data), tuple(self.offsets), bytes(self._data),
-                tuple(self.maps), tuple(self.ptrs), self.workspace_bytes)
+                tuple(self.maps), tuple(self.ptrs))
 
 
 def map_patch(offset: int, tensor: int, ptr_offset: int, element_size: int, dims: Sequence[int],

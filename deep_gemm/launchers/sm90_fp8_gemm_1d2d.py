@@ -10,7 +10,7 @@ from .. import _C, jit, log
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, KernelType, get_config
 from ..heuristics.common import ceil_div, get_forced_config, has_group_row_ends
-from ..heuristics.sm90 import sm90_kernel_variants, stream_k_capable, stream_k_split, stream_k_workspace
+from ..heuristics.sm90 import sm90_kernel_variants
 from ..jit.runtime import ensure_context
 from ..ops import checks
 from ..utils import get_device_arch, get_num_sms, get_tma_aligned_size
@@ -194,19 +194,7 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
             params.u32(stride if size > 1 else 0)
     else:
         params.null_pointer(), params.u32(0), params.u32(0), params.u32(0)
-    grid = cfg.num_sms
-    tiles = ceil_div(rows, cfg.block_m) * ceil_div(n, cfg.block_n)
-    if stream_k_capable(cfg, kind) and read_env().stream_k and \
-            stream_k_split(tiles, kb, num_sms, cfg.num_stages) is not None:  # sk_workspace, sk_counters
-        # NOTES: the heuristic's grid balances whole tiles over fewer CTAs (as many waves, fewer idle SMs); with
-        # stream-K every SM takes a share of the last wave's K blocks instead. Where the kernel would not split,
-        # the heuristic's grid stays (the full grid alone was 2% slower at 4200x2112x7168 on the H200).
-        grid = num_sms
-        counter_bytes, partial_bytes = stream_k_workspace(cfg, grid)
-        params.workspace_pointer(counter_bytes, partial_bytes), params.workspace_pointer(0, counter_bytes)
-    else:
-        params.null_pointer(), params.null_pointer()
-    launch = params.launch(grid, cfg.num_threads, cfg.smem_size, cfg.num_multicast)
+    launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)
     # TMA operands need 16-byte aligned addresses; SB, the index tensor and a gathered SA are read as plain arrays.
     align_masks = (15, 3 if kind == KernelType.BATCHED else 15, 15, 3, 15, 3)[:len(tensors)]
     return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors], (4,),

@@ -119,8 +119,8 @@ def test_unknown_op_is_refused():
         _C.call("dense")
 
 
-def _launch_tuple(buffer_size=64, offsets=(0,), maps=(), ptrs=(), workspace_bytes=0):
-    return (1, 128, 0, 1, buffer_size, offsets, b"\0" * buffer_size, maps, ptrs, workspace_bytes)
+def _launch_tuple(buffer_size=64, offsets=(0,), maps=(), ptrs=()):
+    return (1, 128, 0, 1, buffer_size, offsets, b"\0" * buffer_size, maps, ptrs)
 
 
 def test_make_plan_checks_what_it_is_given():
@@ -133,11 +133,7 @@ def test_make_plan_checks_what_it_is_given():
         _launch_tuple(256, (0,), ptrs=((0, 5, 0),)),                  # tensor index out of range
         _launch_tuple(256, (0,), maps=((64, 0, 0, 0, (16, 16), (16,), (16, 16), 0, 0),)),  # map not 128-aligned
         _launch_tuple(256, (0,), maps=((0, 0, 0, 0, (16, 16), (), (16, 16), 0, 0),)),      # strides of rank 2
-        (1, 128, 0, 1, 64, (0,), b"\0" * 8, (), (), 0),                # init bytes shorter than the buffer
-        _launch_tuple(256, (0,), ptrs=((0, -1, 0),)),                 # workspace pointer without a workspace
-        _launch_tuple(256, (0,), ptrs=((0, -1, 64),), workspace_bytes=64),  # offset outside the workspace
-        _launch_tuple(256, (0,), workspace_bytes=-1),
-        _launch_tuple(256, (0,))[:9],                                 # the old 9-tuple
+        (1, 128, 0, 1, 64, (0,), b"\0" * 8, (), ()),                   # init bytes shorter than the buffer
     ]
     for launch in bad_cases:
         with pytest.raises(ValueError, match="plan"):
@@ -162,14 +158,11 @@ def test_param_buffer_follows_the_kernel_abi():
     for tensor in (0, 2, 1, 4):
         p.tensor_map(tensor, 1, (256, 128), (256,), (128, 64), 128)
     p.pointer(3), p.u32(7), p.pointer(5), p.u32(2), p.pointer(4), p.u32(4096)
-    p.workspace_pointer(256, 1024), p.workspace_pointer(0, 256)
-    grid, block, smem, cluster, size, offsets, init, maps, ptrs, workspace = p.launch(132, 384, 1000, 2)
-    assert offsets == (0, 128, 256, 384, 512, 520, 528, 536, 544, 552, 560, 568) and size == 576
+    grid, block, smem, cluster, size, offsets, init, maps, ptrs = p.launch(132, 384, 1000, 2)
+    assert offsets == (0, 128, 256, 384, 512, 520, 528, 536, 544, 552) and size == 556
     assert init[520:524] == (7).to_bytes(4, "little") and init[552:556] == (4096).to_bytes(4, "little")
     assert [m[:3] for m in maps] == [(0, 0, 0), (128, 2, 0), (256, 1, 0), (384, 4, 0)]
-    assert ptrs == ((512, 3, 0), (528, 5, 0), (544, 4, 0), (560, -1, 256), (568, -1, 0))
-    assert workspace == 1280
-    assert _C.make_plan(0, 0, 0, (15,) * 6, (64,) * 6, (4,), (p.launch(132, 384, 1000, 2),))
+    assert ptrs == ((512, 3, 0), (528, 5, 0), (544, 4, 0))
     blob = ParamBuffer()
     base = blob.blob(600)
     blob.add_map_at(base + 128, 0, 1, (16, 16), (16,), (16, 16), 0, ptr_offset=4096)

@@ -35,12 +35,6 @@ __host__ __device__ constexpr bool has_group_row_ends(GemmType type) {
     return walks_groups(type) or type == GemmType::Batched;
 }
 
-// The types whose last partial wave may be split along K (stream-K, see TileScheduler): their
-// tile count is known on every CTA without reading device memory (masked / psum would need a walk of all groups).
-__host__ __device__ constexpr bool supports_stream_k(GemmType type) {
-    return type == GemmType::Normal or type == GemmType::MGroupedContiguous;
-}
-
 // One output tile, as the producer and the math warpgroups see it.
 struct Tile {
     uint32_t m_block;     // block index inside the group (masked) or the whole M range (normal, contiguous)
@@ -50,11 +44,6 @@ struct Tile {
     uint32_t valid_rows;  // rows of the tile that may be written (masked: masked_m - m_block * BLOCK_M, capped)
     bool skip;            // contiguous: a padding (or out-of-range expert) block, no MMA work
     bool pair_shares_b;   // contiguous with B multicast: the pair's two M blocks belong to one expert
-    // The K blocks [k_begin, k_end) this CTA computes of the tile: all of them, except for a stream-K tile, which
-    // `sk_parts` CTAs share (this one is part `sk_part`, in K order); its partial sums meet in workspace slot
-    // `sk_slot` (one per part) and are counted on counter `sk_tile` (see TileScheduler).
-    uint32_t k_begin, k_end;
-    uint32_t sk_parts, sk_part, sk_slot, sk_tile;
 };
 
 // Persistent tile scheduler.
@@ -69,16 +58,6 @@ struct Tile {
 // NOTES: a pair (2i, 2i + 1) never straddles a row of its group as long as kGroupSize is even and the fast
 // dimension's block count is even; the host only picks multicast when that holds. Every expert of a masked or
 // k-grouped launch then has an even tile count, so pairs never straddle experts either.
-//
-// Stream-K (Normal and contiguous, `set_k_blocks(kb, true)`): with T tiles on S CTAs, the R = T % S tiles of the last
-// partial wave would keep R SMs busy for a whole tile while the others idle. Instead the first T - R tiles go as
-// above (whole waves) and the R tail tiles' K blocks, laid end to end (R * kb of them), are cut into S equal
-// ranges of L blocks, one per CTA (L at least kMinStreamKBlocks, so with few tail blocks only the first CTAs get
-// one). A range may start or end inside a tile: a tile is then computed in parts, by consecutive CTAs, in K order.
-// Tile j's parts are CTAs first(j) = j*kb / L ... last(j) = ((j+1)*kb - 1) / L; CTA c's part of tile j writes its
-// partial sums to workspace slot j + c (distinct for every (tile, part) pair, as first(j + 1) >= last(j); fewer than
-// R + S < 2S slots), and the part that arrives last on tile j's counter adds all parts in part order (so the sum
-// does not depend on timing) and stores the tile.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
           uint32_t kRowAlignment = 1, uint32_t kGroupSize = 16>
 struct TileScheduler {
@@ -100,18 +79,11 @@ struct TileScheduler {
     uint32_t group_rows; // masked, psum: computed rows of the current group
     uint32_t group_start; // psum: first row of the current group
     uint32_t group_end;   // psum: one past its last row
-    // Stream-K (see above); dp_tiles = num_tiles while it is off.
-    uint32_t num_k_blocks;   // of every tile
-    uint32_t dp_tiles;       // tiles before the stream-K tail
-    uint32_t sk_blocks;      // L: K blocks per CTA in the tail
-    uint32_t sk_cursor;      // this CTA's next tail K block (tail tiles' blocks laid end to end)
-    uint32_t sk_end;         // one past its last
 
     __device__ __forceinline__ TileScheduler(const uint32_t shape_m_, const int32_t* grouped_layout_ = nullptr,
                                              const uint32_t num_groups_ = 1)
         : shape_m(shape_m_), next_tile(blockIdx.x), grouped_layout(grouped_layout_), num_groups(num_groups_),
-          group(0), tile_base(0), group_rows(0), group_start(0), group_end(0), num_k_blocks(0), sk_blocks(0),
-          sk_cursor(0), sk_end(0) {
+          group(0), tile_base(0), group_rows(0), group_start(0), group_end(0) {
         if constexpr (walks_groups(kType)) {
             if (num_groups > 0)
                 enter_group(0);
@@ -120,33 +92,6 @@ struct TileScheduler {
             num_m_blocks = ceil_div(shape_m, BLOCK_M);
         }
         num_tiles = num_m_blocks * kNumNBlocks;
-        dp_tiles = num_tiles;
-    }
-
-    // NOTES: a tail K range shorter than this many blocks costs more in pipeline fill and partial sums than it
-    // saves; and unless the tail shrinks to at most 3/4 of a tile, the split is not worth its partial sums.
-    static constexpr uint32_t kMinStreamKBlocks = 4;
-
-    // `k_blocks`: K blocks of every tile. With `split_tail`, split the last partial wave along K (see above) where
-    // that shortens it; every CTA decides the same from the same numbers. `step` (dividing k_blocks): every part
-    // starts and ends at a multiple of it.
-    __device__ __forceinline__ void set_k_blocks(const uint32_t k_blocks, const bool split_tail,
-                                                 const uint32_t step = 1) {
-        num_k_blocks = k_blocks;
-        if constexpr (supports_stream_k(kType)) {
-            if (not split_tail)
-                return;
-            const uint32_t tail = num_tiles % gridDim.x;
-            if (tail == 0)
-                return;
-            const uint32_t blocks = ceil_div(max(ceil_div(tail * k_blocks, gridDim.x), kMinStreamKBlocks), step) * step;
-            if (4 * blocks > 3 * k_blocks)
-                return;
-            dp_tiles = num_tiles - tail;
-            sk_blocks = blocks;
-            sk_cursor = min(blockIdx.x * blocks, tail * k_blocks);
-            sk_end = min(sk_cursor + blocks, tail * k_blocks);
-        }
     }
 
     // grouped_layout[g] clamped to [0, shape_m]: masked_m[g] (masked) or the end row of group g (psum).
@@ -184,8 +129,6 @@ struct TileScheduler {
 
     // Returns false once this CTA has no tile left.
     __device__ __forceinline__ bool next(Tile& tile) {
-        tile.k_begin = 0, tile.k_end = num_k_blocks;
-        tile.sk_parts = 1, tile.sk_part = 0, tile.sk_slot = 0, tile.sk_tile = 0;
         if constexpr (walks_groups(kType)) {
             // NOTES: next_tile only grows, so the walk over the groups never goes back.
             while (next_tile >= tile_base + num_tiles) {
@@ -216,23 +159,9 @@ struct TileScheduler {
             }
             tile.skip = false;
         } else {
-            uint32_t t = next_tile;
-            if (next_tile >= dp_tiles) {
-                if (sk_cursor >= sk_end)
-                    return false;
-                // The next piece of this CTA's tail range: up to the end of its tile or of the range.
-                const uint32_t j = sk_cursor / num_k_blocks;
-                tile.k_begin = sk_cursor - j * num_k_blocks;
-                tile.k_end = min(num_k_blocks, tile.k_begin + (sk_end - sk_cursor));
-                sk_cursor += tile.k_end - tile.k_begin;
-                const uint32_t first = j * num_k_blocks / sk_blocks;
-                tile.sk_parts = ((j + 1) * num_k_blocks - 1) / sk_blocks - first + 1;
-                tile.sk_part = blockIdx.x - first;
-                tile.sk_slot = j + blockIdx.x;
-                tile.sk_tile = j;
-                t = dp_tiles + j;
-            }
-            map_tile(t, tile.m_block, tile.n_block);
+            if (next_tile >= num_tiles)
+                return false;
+            map_tile(next_tile, tile.m_block, tile.n_block);
             tile.row_base = tile.m_block * BLOCK_M;
             tile.valid_rows = BLOCK_M;
             tile.group = 0;
@@ -248,8 +177,6 @@ struct TileScheduler {
                     tile.pair_shares_b = not tile.skip and peer == expert;
                 }
             }
-            if (t != next_tile)
-                return true;  // a tail piece: next_tile stays past the whole waves
         }
         next_tile += gridDim.x;
         return true;

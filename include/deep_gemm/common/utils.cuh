@@ -91,28 +91,7 @@ __device__ __forceinline__ void stmatrix_x2(void* smem_row, uint32_t r0, uint32_
                  :: "r"(smem_u32(smem_row)), "r"(r0), "r"(r1));
 }
 
-// Named barrier `barrier_id` that also returns whether `pred` held on any of its threads.
-template <uint32_t kNumThreads>
-__device__ __forceinline__ bool named_barrier_or(uint32_t barrier_id, bool pred) {
-    DG_STATIC_ASSERT(kNumThreads % 32 == 0, "named barriers count whole warps");
-    uint32_t any;
-    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
-                 " selp.u32 %0, 1, 0, q;\n}"
-                 : "=r"(any) : "r"(static_cast<uint32_t>(pred)), "r"(barrier_id), "n"(kNumThreads) : "memory");
-    return any != 0;
-}
-
-// 16 bytes to / from global memory through L2 only (no L1 line: data other CTAs write and read within one launch).
-__device__ __forceinline__ void st_global_cg_v4(float* dst, float x, float y, float z, float w) {
-    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "f"(x), "f"(y), "f"(z), "f"(w)
-                 : "memory");
-}
-// NOTES: volatile keeps it after the barriers and fences before it (volatile asm keeps its order); no memory clobber,
-// so that a batch of them issues back to back.
-__device__ __forceinline__ void ld_global_cg_v4(const float* src, float& x, float& y, float& z, float& w) {
-    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x), "=f"(y), "=f"(z), "=f"(w) : "l"(src));
-}
-
+// Pack two floats into one register of two BF16 values (round to nearest even), low half first.
 // 16 bytes from shared memory to global memory through registers (both addresses 16-byte aligned).
 __device__ __forceinline__ void copy_16b_shared_to_global(void* dst, const void* src) {
     uint32_t r0, r1, r2, r3;
@@ -128,7 +107,6 @@ __device__ __forceinline__ void cp_async_4b(uint32_t smem_addr, const void* src)
     asm volatile("{ cp.async.ca.shared.global [%0], [%1], 4; }" :: "r"(smem_addr), "l"(src));
 }
 
-// Pack two floats into one register of two BF16 values (round to nearest even), low half first.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));

@@ -61,10 +61,6 @@ constexpr uint32_t fp8_gemm_smem_size() {
 // masked_m (masked) or the running row counts (psum), `num_groups` = G.
 // Batched: A / D [B * m, *] (batch b's rows from b * m), B [B * n, k], SB [B, ceil(n/128), ceil(k/128)], SA gathered.
 // `d` / `d_row_stride` (elements) address D for the stores a TMA box cannot make (partial tiles of a group).
-// Stream-K (dense and contiguous, one-CTA clusters, the kernels without promotion overlap; TileScheduler): with
-// `sk_counters` set, the last partial wave's tiles are split along K; `sk_workspace` holds 2 * gridDim.x slots of
-// BLOCK_M x BLOCK_N FP32 partial sums and `sk_counters` gridDim.x x (math warpgroups) arrival counters, zero before
-// the launch and left zero after it. Null: no split.
 template <typename Config>
 __global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
 fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [m, k] e4m3, K-major
@@ -80,9 +76,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                    const float* __restrict__ sa,         // kGatherScales: SA[g][row][k block] at these strides
                    const uint32_t sa_group_stride,      // (elements; the group stride is 0 where rows are
                    const uint32_t sa_row_stride,        // numbered across groups: dense, contiguous, psum)
-                   const uint32_t sa_k_stride,
-                   float* __restrict__ sk_workspace,
-                   uint32_t* __restrict__ sk_counters) {
+                   const uint32_t sa_k_stride) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape ----
     constexpr GemmType kGemmType = Config::kGemmType;
@@ -136,16 +130,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>()),
                      "host and device disagree on the shared-memory size");
     constexpr bool kGrouped = kGemmType != GemmType::Normal;
-    // NOTES: with one 64-row sub-tile per warpgroup there are registers for two partial accumulators, so
-    // K block i + 1's WGMMAs run on the tensor cores while K block i is promoted on the CUDA cores.
-    constexpr bool kOverlapPromotion = kNumSubTiles == 1 and kNumAccum <= 64;
-    // Stream-K needs a K loop over any range (the overlapped one is unrolled over whole K chunks) and CTAs that load
-    // their stages alone (a multicast pair must walk the same K blocks).
-    constexpr bool kStreamK = supports_stream_k(kGemmType) and kNumMulticast == 1 and not kOverlapPromotion;
-    // NOTES: when every tile advances the stage ring by a multiple of kNumStages, the compiler knows each unrolled K
-    // block's stage at compile time: 134.5 instead of 150 instructions per K block at 128x192 (k = 7168 vs 7040 or
-    // 6912; tests/jit/test_codegen_budget.py). Stream-K parts keep that property by spanning multiples of it.
-    constexpr uint32_t kPartStep = kNumKBlocks % kNumStages == 0 ? kNumStages : 1;
     // Contiguous with B multicast: the pair's two M blocks may belong to two experts (each CTA then loads its own
     // B) or one may be padding. Both CTAs must walk the same stages (a multicast lands in the peer's stage and
     // barrier of the same index), so padding blocks run the pipeline too and are written as zeros.
@@ -159,11 +143,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     float* smem_sb = smem_sa + kNumStages * BLOCK_M;
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
     using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment>;
-    auto make_scheduler = [&] {
-        Scheduler scheduler(shape_m, grouped_layout, num_groups);
-        scheduler.set_k_blocks(kNumKBlocks, kStreamK and sk_counters != nullptr, kPartStep);
-        return scheduler;
-    };
+    auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
     if (Shell::is_producer()) {
         auto operands = [&](const Tile& tile) {
@@ -172,8 +152,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             ops.map_b = &tensor_map_b;
             ops.m_idx = static_cast<int32_t>(tile.row_base);
             ops.n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
-            ops.k_begin = kStreamK ? tile.k_begin : 0;
-            ops.k_end = kStreamK ? tile.k_end : kNumKBlocks;
+            ops.num_k_blocks = kNumKBlocks;
             // Masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
             ops.scale_row = kGemmType == GemmType::MGroupedMasked ? tile.group * kNumKBlocks : 0;  // psum: as contiguous
             ops.skip = kSkipPadding and tile.skip;
@@ -265,6 +244,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             }
         };
 
+        // NOTES: with one 64-row sub-tile per warpgroup there are registers for two partial accumulators, so
+        // K block i + 1's WGMMAs run on the tensor cores while K block i is promoted on the CUDA cores.
+        constexpr bool kOverlapPromotion = kNumSubTiles == 1 and kNumAccum <= 64;
         float partial[kOverlapPromotion ? 2 : 1][kNumAccum];
         float final_accum[kNumSubTiles][kNumAccum];
 
@@ -297,63 +279,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 if (i < kNumSBPerTile)
                     wg_sb[buf * kNumSBPerTile + i] = regs[j];
             }
-        };
-
-        // Stream-K: write this part's partial sums (this warpgroup's rows) to its workspace slot and count it on the
-        // tile's counter; the part that arrives last reads every part's sums back in part order into final_accum
-        // and returns true (it stores the tile); the others return false. Each thread owns the same float4 chunks
-        // of every slot, so no thread reads what another thread of its CTA wrote.
-        auto stream_k_reduce = [&](const Tile& t) {
-            constexpr uint32_t kChunks = kNumAccum / 4;
-            auto chunk = [&](uint32_t slot, uint32_t s, uint32_t c) {
-                return sk_workspace + static_cast<uint64_t>(slot) * (BLOCK_M * BLOCK_N) +
-                       ((s * kChunks + c) * kNumMathWGs * 128 + threadIdx.x) * 4;
-            };
-            #pragma unroll
-            for (uint32_t s = 0; s < kNumSubTiles; ++s)
-                #pragma unroll
-                for (uint32_t c = 0; c < kChunks; ++c)
-                    st_global_cg_v4(chunk(t.sk_slot, s, c), final_accum[s][c * 4], final_accum[s][c * 4 + 1],
-                                    final_accum[s][c * 4 + 2], final_accum[s][c * 4 + 3]);
-            // Every thread's writes are visible GPU-wide before the warpgroup's arrival is counted.
-            __threadfence();
-            wg.sync();
-            uint32_t* counter = sk_counters + t.sk_tile * kNumMathWGs + wg.math_wg;
-            bool last = false;
-            if (wg.wg_thread == 0) {
-                last = atomicAdd(counter, 1u) == t.sk_parts - 1;
-                if (last)
-                    atomicExch(counter, 0u);  // every part is in: reset for the next launch
-            }
-            // NOTES: shuffled so that the compiler knows the branch is warp-uniform; a divergent-looking `continue`
-            // makes the stage walk non-uniform and its WGMMA descriptors cost R2URs in the K loop.
-            last = named_barrier_or<128>(2 + wg.math_wg, last);
-            if (not __shfl_sync(0xffffffff, last, 0))
-                return false;
-            __threadfence();
-            const uint32_t first_slot = t.sk_slot - t.sk_part;
-            // NOTES: loads in batches of kBatch chunks, then their adds: one load and its add at a time waits a full
-            // L2 latency per chunk (H200: stream-K 25-30% slower than whole tiles at 4200x2112x2048).
-            constexpr uint32_t kBatch = 8;
-            for (uint32_t p = 0; p < t.sk_parts; ++p) {
-                #pragma unroll
-                for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                    #pragma unroll
-                    for (uint32_t c0 = 0; c0 < kChunks; c0 += kBatch) {
-                        float v[kBatch][4];
-                        #pragma unroll
-                        for (uint32_t c = c0; c < min(c0 + kBatch, kChunks); ++c)
-                            ld_global_cg_v4(chunk(first_slot + p, s, c), v[c - c0][0], v[c - c0][1], v[c - c0][2],
-                                            v[c - c0][3]);
-                        #pragma unroll
-                        for (uint32_t c = c0; c < min(c0 + kBatch, kChunks); ++c)
-                            #pragma unroll
-                            for (uint32_t e = 0; e < 4; ++e)
-                                final_accum[s][c * 4 + e] = p == 0 ? v[c - c0][e] : final_accum[s][c * 4 + e] + v[c - c0][e];
-                    }
-                }
-            }
-            return true;
         };
 
         auto scheduler = make_scheduler();
@@ -401,8 +326,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     final_accum[s][i] = 0;
 
-            // `whole_tile` (an Int): all K blocks, else the stream-K part's tile.k_begin .. tile.k_end.
-            auto k_loop_over = [&](auto straddle, auto whole_tile) {
+            auto k_loop = [&](auto straddle) {
                 if constexpr (kOverlapPromotion) {
                     Scales scales[2];
                     uint32_t cur_stage = 0;
@@ -453,7 +377,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                         run_chunk(Int<kNumKBlocks % kOverlapChunk>{},
                                   kNumKBlocks / kOverlapChunk * kOverlapChunk);
                 } else {
-                    auto k_block_step = [&](uint32_t k_block) {
+                    // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
+                    #pragma unroll 4
+                    for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block) {
                         const RhsScales tile_sb = load_sb(k_block);
                         shell.ring.wait_full(stages);
                         const RhsScales sb = stage_sb(stages.stage, tile_sb);
@@ -467,26 +393,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                             promote(final_accum[s], partial[0], scales, straddle);
                         }
                         stages.advance();
-                    };
-                    if constexpr (not decltype(whole_tile)::value) {
-                        // A stream-K part: its bounds are multiples of kPartStep (set_k_blocks), so this loop too
-                        // leaves the stage walk where a whole tile would.
-                        #pragma unroll 1
-                        for (uint32_t k0 = tile.k_begin; k0 < tile.k_end; k0 += kPartStep)
-                            static_for<kPartStep>([&](auto i) { k_block_step(k0 + decltype(i)::value); });
-                    } else {
-                        // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
-                        #pragma unroll 4
-                        for (uint32_t k_block = 0; k_block < kNumKBlocks; ++k_block)
-                            k_block_step(k_block);
                     }
                 }
-            };
-            auto k_loop = [&](auto straddle) {
-                if (kStreamK and (tile.k_begin != 0 or tile.k_end != kNumKBlocks))
-                    k_loop_over(straddle, Int<0>{});  // a stream-K part
-                else
-                    k_loop_over(straddle, Int<1>{});
             };
             // NOTES: a per-column run-time choice of RHS scale cost 15-20% of the whole GEMM at BLOCK_N = 112..192
             // (measured on the H200); with few straddle cases the whole K loop is instantiated once per case
@@ -508,12 +416,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // ---- Epilogue (per warpgroup) ----
             if (has_next)
                 store_sb(sb_buf ^ 1, next_sb);
-            // A stream-K part: only the tile's last part to arrive stores it, with the sum of all parts.
-            // NOTES: the reduction's warpgroup barriers also publish store_sb's values, as store_tile's would.
-            if (kStreamK and tile.sk_parts > 1 and not stream_k_reduce(tile)) {
-                tile = next_tile, has_tile = has_next, sb_buf ^= 1;
-                continue;
-            }
             // NOTES: a batched tile of a few valid rows (decode) stores them from registers: its smem round trip and
             // barriers sat on every tile's critical path at m <= 16 (H200: 128x1x512x128 7.2 -> 6.0 us). Only with
             // gathered scales: otherwise the epilogue's warpgroup barrier is what publishes the next tile's SB

@@ -112,8 +112,7 @@ fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Co
             ops.map_b = &groups.b[tile.group];
             ops.m_idx = static_cast<int32_t>(tile.row_base);
             ops.n_idx = static_cast<int32_t>(tile.n_block * BLOCK_N);
-            ops.k_begin = 0;
-            ops.k_end = groups.num_k_blocks[tile.group];
+            ops.num_k_blocks = groups.num_k_blocks[tile.group];
             ops.scale_row = groups.k_block_offset[tile.group];
             ops.skip = false;
             ops.peer_shares_b = true;

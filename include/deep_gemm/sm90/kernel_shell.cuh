@@ -41,9 +41,8 @@ struct TileOperands {
     const TmaDescriptor* map_b;
     int32_t m_idx;           // A's first row of the tile
     int32_t n_idx;           // B's first row of the tile
-    uint32_t k_begin;        // the K blocks [k_begin, k_end) of the tile this CTA computes
-    uint32_t k_end;
-    uint32_t scale_row;      // the row of the tile's K block 0 in the kernel's stacked scale tensors
+    uint32_t num_k_blocks;
+    uint32_t scale_row;      // the row of the tile's first K block in the kernel's stacked scale tensors
     bool skip;               // the tile takes no stage (contiguous padding)
     bool peer_shares_b;      // with B multicast: the cluster peer needs the same B block (else each loads its own)
 };
@@ -165,7 +164,7 @@ struct KernelShell {
                     const TileOperands ops = operands(tile);
                     if (ops.skip)
                         continue;
-                    for (uint32_t k_block = ops.k_begin; k_block < ops.k_end; ++k_block) {
+                    for (uint32_t k_block = 0; k_block < ops.num_k_blocks; ++k_block) {
                         ring.wait_empty(stages);
                         gather(tile, k_block, stages.stage, lane_idx);
                         ring.full[stages.stage].arrive_after_cp_async();
@@ -184,7 +183,7 @@ struct KernelShell {
                 const TileOperands ops = operands(tile);
                 if (ops.skip)
                     continue;
-                for (uint32_t k_block = ops.k_begin; k_block < ops.k_end; ++k_block) {
+                for (uint32_t k_block = 0; k_block < ops.num_k_blocks; ++k_block) {
                     const Barrier* bar = ring.acquire(stages, kStageTxBytes);
                     const auto k_idx = static_cast<int32_t>(k_block * kBlockK);
                     uint8_t* dst_a = smem_a + stages.stage * kSmemABytes;
