@@ -106,9 +106,12 @@ def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -
     # NOTES: contiguous grouped GEMMs gain from B multicast at every bench size (H200, 128x192: +1.3% at n x k =
     # 4096 x 7168, +2.8-3.1% at 7168 x 2048, where A multicast or none lost), the dense GEMM does not at k < 4096.
     contiguous_b = problem.kernel_type == KernelType.M_GROUPED_CONTIGUOUS and block_m < block_n and legal_b
+    # Masked: the device pairs tiles of one group and N block and loads B per CTA for the others (TileScheduler), so
+    # any group sizes are legal; DeepGEMM multicasts B there too (its choice at 128x192 and 64x192).
+    masked_b = problem.kernel_type == KernelType.M_GROUPED_MASKED and block_m < block_n
     if total_m < MULTICAST_MIN_M or num_sms % 2 != 0:
         return 1, True
-    if contiguous_b:
+    if contiguous_b or masked_b:
         return 2, False
     if min(total_m, problem.n, problem.k) < 4096:
         return 1, True

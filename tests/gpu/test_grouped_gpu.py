@@ -233,6 +233,22 @@ def test_masked_random(case):
     run_masked(num_groups, m_max, n, k, masked, rng.choice([0, 1, m_max // 2 + 1, 10 * m_max]), seed=case)
 
 
+@pytest.mark.parametrize("n,k,masked,expected_m", [
+    (2080, 1024, [130, 1, 0, 300, 5], 130),               # odd tile count: the last tile's partner is a phantom
+    (2080, 2048, [128, 129, 0, 0, 1, 383, 256], 120),      # pairs across groups and across N blocks
+    (4096, 7168, [0, 17, 40, 33, 1, 64, 0, 48, 20, 3, 39, 40, 41, 25, 0, 64], 40),  # decode-sized, 64-row tiles
+])
+def test_masked_b_multicast_pairs_and_phantom(n, k, masked, expected_m):
+    """B multicast for masked GEMMs: the pair's two tiles share B only inside one group and N block; an odd tile
+    count gives the last CTA of a cluster a phantom tile that stores nothing."""
+    from deep_gemm.heuristics import GemmProblem, KernelType, get_config
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    config = get_config(GemmProblem(expected_m, n, k, sms, "sm_90a", KernelType.M_GROUPED_MASKED, len(masked)))
+    assert config.num_multicast == 2 and not config.multicast_on_a, config
+    m_max = max(128, (max(masked) + 127) // 128 * 128)
+    run_masked(len(masked), m_max, n, k, masked, expected_m, seed=n + k)
+
+
 def test_masked_zero_full_and_out_of_range_counts():
     """masked_m 0, m_max, > m_max (clamped) and negative (treated as 0)."""
     run_masked(5, 200, 256, 384, [0, 200, 1000, -3, 77], 100, seed=11)

@@ -43,7 +43,7 @@ struct Tile {
     uint32_t row_base;    // row of A / D of the tile's first row
     uint32_t valid_rows;  // rows of the tile that may be written (masked: masked_m - m_block * BLOCK_M, capped)
     bool skip;            // contiguous: a padding (or out-of-range expert) block, no MMA work
-    bool pair_shares_b;   // contiguous with B multicast: the pair's two M blocks belong to one expert
+    bool pair_shares_b;   // with B multicast: the pair's two tiles need the same B block (one expert, one N block)
 };
 
 // Persistent tile scheduler.
@@ -54,7 +54,10 @@ struct Tile {
 // first, then expert 1's, ... and rasterise inside each expert.
 //
 // kFastAlongN = true : tiles t and t + 1 share an M block (needed for TMA multicast of A inside a 2-CTA cluster);
-// kFastAlongN = false: tiles t and t + 1 share an N block (multicast of B; Normal only).
+// kFastAlongN = false: tiles t and t + 1 share an N block (multicast of B), where they lie in one group (contiguous:
+// one expert, checked per pair; masked: the walk's tiles 2i and 2i + 1, compared per pair). A masked launch with an
+// odd tile count gives the last tile's partner CTA a phantom tile (valid_rows 0, its own loads, nothing stored), so
+// that both CTAs of every cluster walk the same stages.
 // NOTES: a pair (2i, 2i + 1) never straddles a row of its group as long as kGroupSize is even and the fast
 // dimension's block count is even; the host only picks multicast when that holds. Every expert of a masked or
 // k-grouped launch then has an even tile count, so pairs never straddle experts either.
@@ -62,8 +65,8 @@ template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, 
           uint32_t kRowAlignment = 1, uint32_t kGroupSize = 16>
 struct TileScheduler {
     DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
-    DG_STATIC_ASSERT(not has_group_row_ends(kType) or kFastAlongN,
-                     "masked / psum / batched GEMMs multicast only A: the two CTAs of a pair must share one group");
+    DG_STATIC_ASSERT(not has_group_row_ends(kType) or kFastAlongN or kType == GemmType::MGroupedMasked,
+                     "psum / batched GEMMs multicast only A: the two CTAs of a pair must share one group");
     DG_STATIC_ASSERT(kType != GemmType::MGroupedPsum or kRowAlignment > 0, "psum layout needs its row alignment");
     static constexpr uint32_t kNumNBlocks = ceil_div(SHAPE_N, BLOCK_N);
 
@@ -132,8 +135,18 @@ struct TileScheduler {
         if constexpr (walks_groups(kType)) {
             // NOTES: next_tile only grows, so the walk over the groups never goes back.
             while (next_tile >= tile_base + num_tiles) {
-                if (++group >= num_groups)
+                if (group + 1 >= num_groups) {
+                    // Past the last tile. With B multicast, the partner of an odd tile count's last tile (an even
+                    // index, so this CTA holds next_tile = that + 1) takes a phantom tile: see above.
+                    if (not kFastAlongN and next_tile % 2 == 1 and next_tile == tile_base + num_tiles) {
+                        tile = Tile{};
+                        tile.pair_shares_b = false;
+                        next_tile += gridDim.x;
+                        return true;
+                    }
                     return false;
+                }
+                ++group;
                 tile_base += num_tiles;
                 enter_group(group);
                 num_m_blocks = ceil_div(group_rows, BLOCK_M);
@@ -144,6 +157,17 @@ struct TileScheduler {
             tile.row_base = (kType == GemmType::MGroupedPsum ? group_start : group * shape_m) + tile.m_block * BLOCK_M;
             tile.valid_rows = min(group_rows - tile.m_block * BLOCK_M, BLOCK_M);
             tile.skip = false;
+            tile.pair_shares_b = true;
+            if constexpr (not kFastAlongN) {
+                // The pair's other tile: in this group and in the same N block, or B is loaded per CTA.
+                const uint32_t peer = next_tile ^ 1;
+                tile.pair_shares_b = false;
+                if (peer >= tile_base and peer < tile_base + num_tiles) {
+                    uint32_t peer_m, peer_n;
+                    map_tile(peer - tile_base, peer_m, peer_n);
+                    tile.pair_shares_b = peer_n == tile.n_block;
+                }
+            }
         } else if constexpr (kType == GemmType::KGrouped or kType == GemmType::Batched) {
             // Tiles numbered group after group, every group with the same tiles.
             if (next_tile >= num_tiles * num_groups)

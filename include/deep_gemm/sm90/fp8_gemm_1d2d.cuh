@@ -119,8 +119,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(SHAPE_N > 0 and SHAPE_K > 0, "empty problems are handled on the host");
     DG_STATIC_ASSERT(kGemmType != GemmType::MGroupedContiguous or BLOCK_M <= 128,
                      "contiguous grouped tiles must not span two 128-row expert segments");
-    DG_STATIC_ASSERT(not has_group_row_ends(kGemmType) or kNumMulticast == 1 or kMulticastOnA,
-                     "masked / psum / batched GEMMs multicast only A (the pair shares the M block, hence the group)");
+    DG_STATIC_ASSERT(not has_group_row_ends(kGemmType) or kNumMulticast == 1 or kMulticastOnA or
+                     kGemmType == GemmType::MGroupedMasked,
+                     "psum / batched GEMMs multicast only A (the pair shares the M block, hence the group)");
     DG_STATIC_ASSERT(kGemmType != GemmType::Batched or kGatherScales, "the batched GEMM reads SA as the caller has it");
     DG_STATIC_ASSERT(Config::kLoadRowsA % 8 == 0 and Config::kLoadRowsA <= BLOCK_M and
                      (Config::kLoadRowsA == BLOCK_M or kGemmType == GemmType::Batched),
@@ -130,10 +131,12 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>()),
                      "host and device disagree on the shared-memory size");
     constexpr bool kGrouped = kGemmType != GemmType::Normal;
-    // Contiguous with B multicast: the pair's two M blocks may belong to two experts (each CTA then loads its own
-    // B) or one may be padding. Both CTAs must walk the same stages (a multicast lands in the peer's stage and
-    // barrier of the same index), so padding blocks run the pipeline too and are written as zeros.
-    constexpr bool kPairMayDiffer = kGemmType == GemmType::MGroupedContiguous and Shell::kMulticastB;
+    // Grouped with B multicast: the pair's two M blocks may belong to two experts, or (masked) two N blocks (each
+    // CTA then loads its own B), or one may be padding (contiguous) or a phantom (masked, TileScheduler). Both CTAs
+    // must walk the same stages (a multicast lands in the peer's stage and barrier of the same index), so padding
+    // blocks run the pipeline too and are written as zeros, phantoms not at all (valid_rows 0).
+    constexpr bool kPairMayDiffer = (kGemmType == GemmType::MGroupedContiguous or
+                                     kGemmType == GemmType::MGroupedMasked) and Shell::kMulticastB;
     constexpr bool kSkipPadding = kGemmType == GemmType::MGroupedContiguous and not kPairMayDiffer;
 
     extern __shared__ __align__(1024) uint8_t smem[];
