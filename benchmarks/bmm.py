@@ -186,6 +186,36 @@ def floors(num_tests):
     return res
 
 
+FLUSH_STUDY = [(128, 1, 512, 128), (128, 16, 512, 128), (128, 1, 128, 512), (128, 16, 128, 512), (16, 1, 512, 128)]
+
+
+def flush_study(num_tests):
+    """How much of a decode call's time the flush method itself sets: ours and torch's 8 MiB copy timed after the
+    usual 8 GB memset (which leaves L2 full of dirty lines: the kernel's reads evict them, i.e. write them back to
+    HBM first) and after an 8 GB read instead (L2 left clean). Same kernels, same inputs, one process."""
+    big = torch.empty((8 << 30) // 4, dtype=torch.int32, device="cuda")
+    big.zero_()
+    read_flush = lambda: big.amax()  # noqa: E731 (a reduction kernel: not matched by the names timed below)
+    src = torch.randn(2 << 20, device="cuda")
+    dst = torch.empty_like(src)
+    rows = []
+    cases = [("copy_8MiB", lambda: dst.copy_(src), "copy", 16 << 20)]
+    for b, m, n, k in FLUSH_STUDY:
+        x8, xs, y8, ys = make_inputs(b, m, n, k)
+        out = torch.empty((b, m, n), device="cuda", dtype=torch.bfloat16)
+        fn = lambda x8=x8, xs=xs, y8=y8, ys=ys, out=out: deep_gemm.bmm_fp8_fp8_bf16_nt((x8, xs), (y8, ys), out)  # noqa
+        cases.append((f"ours {b}x{m}x{n}x{k}", fn, OURS_KERNEL, count_bytes(x8, xs, y8, ys, out)))
+    for name, fn, kernel, moved in cases:
+        row = dict(case=name, bytes=moved)
+        for flush, kwargs in (("write", dict(flush_l2=True)), ("read", dict(flush_l2=False, barrier=read_flush))):
+            t = bench_kineto(fn, kernel, num_tests=num_tests, suppress_kineto_output=True, **kwargs)
+            row[f"{flush}_us"], row[f"{flush}_tbps"] = t * 1e6, moved / t / 1e12
+        rows.append(row)
+        print(f"| {name} | {row['write_us']:.2f} | {row['write_tbps']:.2f} | {row['read_us']:.2f} | "
+              f"{row['read_tbps']:.2f} |", flush=True)
+    return rows
+
+
 def _fmt(value, spec):
     return "n/a" if value is None else format(value, spec)
 
@@ -222,6 +252,8 @@ def parse_args(argv=None):
     parser.add_argument("--tag", default="bmm", help="suffix of the default result name")
     parser.add_argument("--num-tests", type=int, default=30)
     parser.add_argument("--no-host", action="store_true", help="skip the host-time and CUDA-graph rows")
+    parser.add_argument("--flush-study", action="store_true",
+                        help="only: decode shapes and an 8 MiB copy after a write flush vs a read flush (flush_study)")
     args = parser.parse_args(argv)
     try:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else None
@@ -239,6 +271,15 @@ def main(argv=None):
         sys.exit("bmm.py: this deep_gemm has no bmm_fp8_fp8_bf16_nt: nothing to benchmark")
     if not torch.cuda.is_available():
         sys.exit("bmm.py: needs a CUDA device")
+    if args.flush_study:
+        print(f"{torch.cuda.get_device_name()} | GPU {gpu_state()} | kineto, mean of {args.num_tests}\n"
+              "| case | write-flush us | TB/s | read-flush us | TB/s |\n|---|---|---|---|---|")
+        rows = flush_study(args.num_tests)
+        if args.json:
+            import json
+            with open(args.json, "w") as f:
+                json.dump(dict(flush_study=rows, gpu_end=gpu_state(), provenance=provenance()), f, indent=1)
+        return
     cache = os.path.join(os.path.abspath(args.seed_dir), "triton_cache")
     if "TRITON_CACHE_DIR" not in os.environ and os.path.isdir(cache):
         os.environ["TRITON_CACHE_DIR"] = cache
