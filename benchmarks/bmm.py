@@ -24,6 +24,7 @@ source tree from shadowing it: PYTHONSAFEPATH=1 PYTHONPATH=<install dir>:$PWD py
 import argparse
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -276,7 +277,6 @@ def main(argv=None):
               "| case | write-flush us | TB/s | read-flush us | TB/s |\n|---|---|---|---|---|")
         rows = flush_study(args.num_tests)
         if args.json:
-            import json
             with open(args.json, "w") as f:
                 json.dump(dict(flush_study=rows, gpu_end=gpu_state(), provenance=provenance()), f, indent=1)
         return

@@ -101,7 +101,7 @@ def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -
     total_m = problem.m * (problem.num_groups if has_group_row_ends(problem.kernel_type) else 1)
     legal_a = ceil_div(problem.n, block_n) % 2 == 0   # pairs share an M block: N blocks come in pairs
     # Pairs that share an N block (multicast of B): M blocks come in pairs. A contiguous pair whose two blocks
-    # belong to two experts loads B per CTA (checked on the device); a masked pair could straddle two groups.
+    # belong to two experts loads B per CTA (checked on the device); masked pairs are formed on the device (below).
     legal_b = not has_group_row_ends(problem.kernel_type) and ceil_div(problem.m, block_m) % 2 == 0
     # NOTES: contiguous grouped GEMMs gain from B multicast at every bench size (H200, 128x192: +1.3% at n x k =
     # 4096 x 7168, +2.8-3.1% at 7168 x 2048, where A multicast or none lost), the dense GEMM does not at k < 4096.

@@ -59,8 +59,9 @@ struct Tile {
 // odd tile count gives the last tile's partner CTA a phantom tile (valid_rows 0, its own loads, nothing stored), so
 // that both CTAs of every cluster walk the same stages.
 // NOTES: a pair (2i, 2i + 1) never straddles a row of its group as long as kGroupSize is even and the fast
-// dimension's block count is even; the host only picks multicast when that holds. Every expert of a masked or
-// k-grouped launch then has an even tile count, so pairs never straddle experts either.
+// dimension's block count is even; the host only picks A multicast (and dense B multicast) when that holds, so every
+// expert of such a launch has an even tile count and pairs never straddle experts. Contiguous and masked B multicast
+// need no such guarantee: their pairs are checked per tile.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
           uint32_t kRowAlignment = 1, uint32_t kGroupSize = 16>
 struct TileScheduler {
