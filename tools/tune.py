@@ -155,10 +155,10 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
     masked = kind == KernelType.M_GROUPED_MASKED
 
     def make_config(bm, bn, mc, on_a, stages):
-        # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: the M blocks pair
-        # up, which the masked kernel cannot know on the host).
-        if mc == 2 and (ceil_div(n, bn) % 2 if on_a else masked or kind == KernelType.BATCHED
-                        or ceil_div(heur_m, bm) % 2):
+        # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: dense M blocks pair
+        # up; grouped pairs are checked on the device, the batched kernel has no B multicast).
+        if mc == 2 and (ceil_div(n, bn) % 2 if on_a else kind == KernelType.BATCHED
+                        or (kind == KernelType.NORMAL and ceil_div(heur_m, bm) % 2)):
             raise ValueError(f"multicast {'A' if on_a else 'B'} does not pair up the blocks of {bm}x{bn}")
         if not _legal_block(bm, bn):
             raise ValueError(f"block {bm}x{bn} is not a legal 1D2D tile")

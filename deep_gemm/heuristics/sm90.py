@@ -100,12 +100,13 @@ def _multicast(problem: GemmProblem, block_m: int, block_n: int, num_sms: int) -
     # Grouped problems are judged by their total rows.
     total_m = problem.m * (problem.num_groups if has_group_row_ends(problem.kernel_type) else 1)
     legal_a = ceil_div(problem.n, block_n) % 2 == 0   # pairs share an M block: N blocks come in pairs
-    # Pairs that share an N block (multicast of B): M blocks come in pairs. A contiguous pair whose two blocks
-    # belong to two experts loads B per CTA (checked on the device); masked pairs are formed on the device (below).
+    # Pairs that share an N block (multicast of B): dense M blocks come in pairs. A contiguous pair whose two blocks
+    # belong to two experts loads B per CTA (checked on the device), and an odd M block count gets a phantom block
+    # (TileScheduler); masked pairs are formed on the device (below).
     legal_b = not has_group_row_ends(problem.kernel_type) and ceil_div(problem.m, block_m) % 2 == 0
     # NOTES: contiguous grouped GEMMs gain from B multicast at every bench size (H200, 128x192: +1.3% at n x k =
     # 4096 x 7168, +2.8-3.1% at 7168 x 2048, where A multicast or none lost), the dense GEMM does not at k < 4096.
-    contiguous_b = problem.kernel_type == KernelType.M_GROUPED_CONTIGUOUS and block_m < block_n and legal_b
+    contiguous_b = problem.kernel_type == KernelType.M_GROUPED_CONTIGUOUS and block_m < block_n
     # Masked: the device pairs tiles of one group and N block and loads B per CTA for the others (TileScheduler), so
     # any group sizes are legal; DeepGEMM multicasts B there too (its choice at 128x192 and 64x192).
     masked_b = problem.kernel_type == KernelType.M_GROUPED_MASKED and block_m < block_n
@@ -289,7 +290,10 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
                    if sm90_smem_size(k, block_m, block_n, s, gather_scales) <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
-    tiles = num_groups * ceil_div(m, block_m) * ceil_div(n, block_n)
+    m_blocks = ceil_div(m, block_m)
+    if num_multicast == 2 and not multicast_on_a:  # B multicast pairs M blocks: an odd count runs a phantom block
+        m_blocks += m_blocks % 2
+    tiles = num_groups * m_blocks * ceil_div(n, block_n)
     waves = num_waves(tiles, num_sms)
     grid = num_sms // num_multicast * num_multicast if full_grid else \
         min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
@@ -363,7 +367,7 @@ def get_sm90_config(problem: GemmProblem) -> GemmConfig:
     for v in variants:
         if v.num_multicast > 1:
             pairs = ceil_div(n, v.block_n) if v.multicast_on_a else ceil_div(m, v.block_m)
-            if pairs % 2 != 0:
+            if pairs % 2 != 0 and not (kind == KernelType.M_GROUPED_CONTIGUOUS and not v.multicast_on_a):
                 continue
         cand = build_sm90_config(m, n, k, v.block_m, v.block_n, sms, v.num_multicast, v.multicast_on_a)
         if kernel_key(cand) != kernel_key(v):

@@ -382,3 +382,35 @@ def test_contiguous_b_multicast_pairs_across_experts(n, k):
             assert bool(g.written().all()), "every row (padding included) must be written"
             assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
             assert calc_diff(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("n,k", [(512, 1024), (384, 7168)])
+@pytest.mark.parametrize("rows", [640, 600])
+def test_contiguous_b_multicast_odd_m_blocks(n, k, rows):
+    """B multicast with an odd M block count (the heuristic's choice, as DeepGEMM's): the last block's partner CTA
+    runs a phantom block past the last row (a skip tile: zeros, clipped by the TMA store), so nothing is written
+    outside `out`. rows = 600: the last real block is partial too."""
+    from deep_gemm.heuristics.sm90 import build_sm90_config
+    torch.backends.cuda.matmul.allow_tf32 = False
+    # Blocks: expert 0 rows 0-299 (3 blocks), expert 1 rows 384-483, expert 2 rows 512-581: 5 blocks of 128.
+    (a, sa), (b, sb), m_indices, ref, _ = make_contiguous([300, 100, 70], n, k, seed=n + k + rows)
+    a, sa, m_indices, ref = a[:rows], sa[:rows], m_indices[:rows].clone(), ref[:rows]
+    assert -(-rows // 128) % 2 == 1, "the M block count must be odd"
+    sms = deep_gemm.get_num_sms()
+    config = build_sm90_config(rows, n, k, 128, 128, sms, 2, False)
+    assert config.num_multicast == 2 and not config.multicast_on_a
+    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa.contiguous())
+    with deep_gemm.testing.forced_config(config):
+        first = None
+        for _ in range(2):
+            g = Guarded(rows, n)
+            out = g.out3[0]
+            deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a, sa), (b, sb), out, m_indices)
+            torch.cuda.synchronize()
+            g.check_guards()
+            assert bool(g.written().all()), "every row (padding included) must be written"
+            assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
+            assert calc_diff(out, ref) < 1e-5
+            if first is not None:
+                assert torch.equal(first.view(torch.int16), out.view(torch.int16)), "rerun is not bitwise identical"
+            first = out.clone()

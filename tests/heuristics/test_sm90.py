@@ -60,12 +60,16 @@ def check_invariants(p: GemmProblem, c: GemmConfig) -> None:
         assert c.num_sms % 2 == 0
         if c.multicast_on_a:
             assert ceil_div(p.n, c.block_n) % 2 == 0
-        elif p.kernel_type != KernelType.M_GROUPED_MASKED:  # masked pairs are formed on the device
+        elif p.kernel_type == KernelType.NORMAL:  # grouped pairs are checked (or formed) on the device
             assert ceil_div(p.m, c.block_m) % 2 == 0
 
-    # Grid: never more SMs than allowed, and trimming it must not add a wave.
+    # Grid: never more SMs than allowed, and trimming it must not add a wave. With B multicast an odd M block
+    # count runs one phantom block (contiguous; dense never has one).
     assert 1 <= c.num_sms <= p.num_sms
-    tiles = ceil_div(p.m, c.block_m) * ceil_div(p.n, c.block_n)
+    m_blocks = ceil_div(p.m, c.block_m)
+    if c.num_multicast == 2 and not c.multicast_on_a:
+        m_blocks += m_blocks % 2
+    tiles = m_blocks * ceil_div(p.n, c.block_n)
     assert ceil_div(tiles, c.num_sms) == ceil_div(tiles, p.num_sms)
 
 
@@ -217,10 +221,9 @@ def test_grouped_invariants(problem):
         # The pair shares the M block: N blocks come in pairs.
         assert -(-problem.n // cfg.block_n) % 2 == 0
     if cfg.num_multicast > 1 and not cfg.multicast_on_a:
-        # The pair shares the N block. Contiguous: M blocks come in pairs (a pair across two experts loads B per
-        # CTA). Masked: any counts (the device pairs tiles of one group and N block, TileScheduler).
-        assert problem.kernel_type == MASKED or \
-            (problem.kernel_type == CONTIGUOUS and -(-problem.m // cfg.block_m) % 2 == 0)
+        # The pair shares the N block: only grouped GEMMs here, whose pairs are checked on the device (contiguous:
+        # a pair across two experts loads B per CTA, an odd M block count a phantom block; masked: TileScheduler).
+        assert problem.kernel_type in (MASKED, CONTIGUOUS)
     if problem.kernel_type == MASKED:
         # The tile count is only known on the device: the whole (even, when clustered) SM budget is used.
         assert cfg.num_sms == 132
@@ -288,9 +291,11 @@ def test_contiguous_multicasts_b_when_m_blocks_pair_up():
     for n, k in [(4096, 7168), (7168, 2048)]:
         cfg = get_config(GemmProblem(32768, n, k, 132, kernel_type=CONTIGUOUS, num_groups=4))
         assert cfg.num_multicast == 2 and not cfg.multicast_on_a, cfg
-    # An odd M block count cannot pair up.
+    # An odd M block count too (DeepGEMM's choice): the last block's partner runs a phantom block, and the grid
+    # counts its tiles (33 + 1 M blocks x 38 N blocks = 1292 tiles: 10 waves on 130 CTAs).
     cfg = get_config(GemmProblem(128 * 33, 7168, 2048, 132, kernel_type=CONTIGUOUS, num_groups=4))
-    assert cfg.num_multicast == 1 or cfg.multicast_on_a
+    assert cfg.num_multicast == 2 and not cfg.multicast_on_a, cfg
+    assert (cfg.block_m, cfg.block_n) == (128, 192) and cfg.num_sms == 130, cfg
 
 
 # ---- batched GEMM (BMM)

@@ -56,8 +56,9 @@ struct Tile {
 // kFastAlongN = true : tiles t and t + 1 share an M block (needed for TMA multicast of A inside a 2-CTA cluster);
 // kFastAlongN = false: tiles t and t + 1 share an N block (multicast of B), where they lie in one group (contiguous:
 // one expert, checked per pair; masked: the walk's tiles 2i and 2i + 1, compared per pair). A masked launch with an
-// odd tile count gives the last tile's partner CTA a phantom tile (valid_rows 0, its own loads, nothing stored), so
-// that both CTAs of every cluster walk the same stages.
+// odd tile count gives the last tile's partner CTA a phantom tile (valid_rows 0, its own loads, nothing stored), and
+// a contiguous one with an odd M block count a phantom M block past shape_m (a skip tile: zeros, clipped by the TMA
+// store), so that both CTAs of every cluster walk the same stages.
 // NOTES: a pair (2i, 2i + 1) never straddles a row of its group as long as kGroupSize is even and the fast
 // dimension's block count is even; the host only picks A multicast (and dense B multicast) when that holds, so every
 // expert of such a launch has an even tile count and pairs never straddle experts. Contiguous and masked B multicast
@@ -94,6 +95,10 @@ struct TileScheduler {
             num_m_blocks = ceil_div(group_rows, BLOCK_M);
         } else {
             num_m_blocks = ceil_div(shape_m, BLOCK_M);
+            // Contiguous B multicast pairs M blocks 2i and 2i + 1: an odd count gets a phantom last block (a skip
+            // tile past shape_m), so that every pair lies in one N block and both CTAs walk the same stages.
+            if constexpr (kType == GemmType::MGroupedContiguous and not kFastAlongN)
+                num_m_blocks = align_up<uint32_t>(num_m_blocks, 2);
         }
         num_tiles = num_m_blocks * kNumNBlocks;
     }
@@ -193,12 +198,14 @@ struct TileScheduler {
             tile.skip = false;
             tile.pair_shares_b = true;
             if constexpr (kType == GemmType::MGroupedContiguous) {
-                const int32_t expert = __ldg(grouped_layout + tile.row_base);
+                // The phantom block (row_base == its padded end, past shape_m) reads no m_indices.
+                const int32_t expert = tile.row_base < shape_m ? __ldg(grouped_layout + tile.row_base) : -1;
                 tile.skip = expert < 0 or static_cast<uint32_t>(expert) >= num_groups;
                 tile.group = tile.skip ? 0u : static_cast<uint32_t>(expert);
                 if constexpr (not kFastAlongN) {
-                    // The pair is M blocks 2i and 2i + 1 of one N block (the host keeps the M block count even).
-                    const int32_t peer = __ldg(grouped_layout + (tile.m_block ^ 1) * BLOCK_M);
+                    // The pair is M blocks 2i and 2i + 1 of one N block; the phantom's partner loads its own B.
+                    const uint32_t peer_row = (tile.m_block ^ 1) * BLOCK_M;
+                    const int32_t peer = peer_row < shape_m ? __ldg(grouped_layout + peer_row) : -1;
                     tile.pair_shares_b = not tile.skip and peer == expert;
                 }
             }
