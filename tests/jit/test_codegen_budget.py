@@ -22,6 +22,11 @@ BUDGETS = {
     "dense-128x128-overlap": 116.5,     # measured 113.00 (a chunk of 8 K blocks per body)
     "contiguous-128x192-mcA": 139.5,    # measured 135.50 (4 K blocks per body, first of 2 straddle cases)
     "batched-128x192-mcA": 138.5,       # measured 134.50 (gathered scales: RHS scales read from the stage)
+    # One 64-row warpgroup: setmaxnreg lets ptxas compile it at 248 registers; without it (tried) ptxas took 70-240
+    # and these loops grew 12-23% (NOTES issue 17, the start-up path).
+    "dense-64x56": 104.0,               # measured 100.88 (8 K blocks per body)
+    # Batched decode (m < BLOCK_M, one K block per tile at k = 128): the per-tile loop, tile walk included.
+    "batched-decode-64x256": 823.0,     # measured 799 (870 before the compile-time one-M-block walk)
     "wgrad-256x112": 329.0,             # measured 319.00 (1 K block per body; issue turns)
     "wgrad-128x152": 233.0,             # measured 226.00 (1 K block per body; DeepGEMM's loop: 211.5)
 }
@@ -34,6 +39,7 @@ def _instantiations():
         return sm90_fp8_gemm_1d2d.kernel_source(n, k, config, kind), config
 
     batched_config = build_sm90_config(4096, 4096, 4096, 128, 192, 132, 2, True, num_groups=8, gather_scales=True)
+    decode_config = build_sm90_config(1, 512, 128, 64, 256, 132, num_groups=128, a_box_rows=8, gather_scales=True)
     wgrad_config = build_wgrad_config(16384, 7168, 1, 256, 112, 132)
     wgrad_152 = build_wgrad_config(7168, 2112, 1, 128, 152, 132)
     return {
@@ -45,6 +51,11 @@ def _instantiations():
         "dense-128x128-overlap": dense(4096, 7168, 16384, 128, 128),
         # The heuristic's pick for 8 experts x 4096 rows, n = 4096, k = 7168.
         "contiguous-128x192-mcA": dense(8 * 4096, 4096, 7168, 128, 192, 2, KernelType.M_GROUPED_CONTIGUOUS),
+        # The heuristic's pick for 64x7168x2048: one math warpgroup (256 threads).
+        "dense-64x56": dense(64, 7168, 2048, 64, 56),
+        # The batched heuristic's pick for 128 x 1x512x128 (MLA decode): an 8-row A box, one M block per batch.
+        "batched-decode-64x256": (sm90_fp8_gemm_1d2d.kernel_source(512, 128, decode_config, KernelType.BATCHED),
+                                  decode_config),
         # The batched heuristic's pick for 8 x 4096x4096x4096 (BMM): scales gathered per stage.
         "batched-128x192-mcA": (sm90_fp8_gemm_1d2d.kernel_source(4096, 4096, batched_config, KernelType.BATCHED),
                                 batched_config),

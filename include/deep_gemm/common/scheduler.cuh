@@ -63,9 +63,14 @@ struct Tile {
 // dimension's block count is even; the host only picks A multicast (and dense B multicast) when that holds, so every
 // expert of such a launch has an even tile count and pairs never straddle experts. Contiguous and masked B multicast
 // need no such guarantee: their pairs are checked per tile.
+// kOneMBlock: the host guarantees shape_m <= BLOCK_M (batched decode), so the tile walk needs no run-time division.
+// NOTES: those divisions (and the group's row count) sat on the path to the first TMA load of decode-sized GEMMs
+// (H200 timeline probe, NOTES issue 17); a run-time test for one M block instead moved the producer's tile loop out
+// of the uniform datapath and cost 5-15% (measured), so this is a compile-time choice.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
-          uint32_t kRowAlignment = 1, uint32_t kGroupSize = 16>
+          uint32_t kRowAlignment = 1, bool kOneMBlock = false, uint32_t kGroupSize = 16>
 struct TileScheduler {
+    DG_STATIC_ASSERT(not kOneMBlock or kType == GemmType::Batched, "one M block is the batched decode case");
     DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
     DG_STATIC_ASSERT(not has_group_row_ends(kType) or kFastAlongN or kType == GemmType::MGroupedMasked,
                      "psum / batched GEMMs multicast only A: the two CTAs of a pair must share one group");
@@ -94,7 +99,7 @@ struct TileScheduler {
                 enter_group(0);
             num_m_blocks = ceil_div(group_rows, BLOCK_M);
         } else {
-            num_m_blocks = ceil_div(shape_m, BLOCK_M);
+            num_m_blocks = kOneMBlock ? 1u : ceil_div(shape_m, BLOCK_M);
             // Contiguous B multicast pairs M blocks 2i and 2i + 1: an odd count gets a phantom last block (a skip
             // tile past shape_m), so that every pair lies in one N block and both CTAs walk the same stages.
             if constexpr (kType == GemmType::MGroupedContiguous and not kFastAlongN)
@@ -123,6 +128,10 @@ struct TileScheduler {
     }
 
     __device__ __forceinline__ void map_tile(const uint32_t tile, uint32_t& m_block, uint32_t& n_block) const {
+        if constexpr (kOneMBlock) {
+            m_block = 0, n_block = tile;
+            return;
+        }
         const uint32_t num_fast = kFastAlongN ? kNumNBlocks : num_m_blocks;
         const uint32_t num_slow = kFastAlongN ? num_m_blocks : kNumNBlocks;
         const uint32_t tiles_per_group = kGroupSize * num_slow;

@@ -145,7 +145,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     // [math WGs][2 buffers][kNumSBPerTile], or with gathered scales [stages][2]
     float* smem_sb = smem_sa + kNumStages * BLOCK_M;
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
-    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment>;
+    // A batched GEMM whose A box is narrower than BLOCK_M has m < BLOCK_M rows per batch (GemmConfig.a_box_rows).
+    constexpr bool kOneMBlock = kGemmType == GemmType::Batched and Config::kLoadRowsA < BLOCK_M;
+    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment, kOneMBlock>;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
     if (Shell::is_producer()) {

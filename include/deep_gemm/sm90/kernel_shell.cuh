@@ -72,8 +72,8 @@ struct KernelShell {
     static constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
     static constexpr uint64_t kCacheHint = kTmaCacheHintEvictNormal;
     // NOTES: tiles t and t + 1 must share the multicast operand's block; see TileScheduler.
-    template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t kRowAlignment = 1>
-    using Scheduler = TileScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N, not kMulticastB, kRowAlignment>;
+    template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t kRowAlignment = 1, bool kOneMBlock = false>
+    using Scheduler = TileScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N, not kMulticastB, kRowAlignment, kOneMBlock>;
     using Ring = StageRing<kNumStages, kNumMulticast, kNumMathThreads, kNumGatherWarps>;
     using Stages = typename Ring::Iterator;
 
