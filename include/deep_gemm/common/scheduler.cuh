@@ -89,6 +89,13 @@ struct TileScheduler {
     uint32_t group_rows; // masked, psum: computed rows of the current group
     uint32_t group_start; // psum: first row of the current group
     uint32_t group_end;   // psum: one past its last row
+    // Contiguous: m_indices of next_tile's M block and of its pair partner's (B multicast), loaded one call of
+    // next() ahead, as lane l's value of row + l (lane 0's is the block's; see load_experts_ahead).
+    // NOTES: read where they are used, these loads made every math warp wait out a global-memory round trip per
+    // tile before its next K loop (it resolves the next tile before the current K loop); loaded a call early they
+    // land during a K loop (SASS; NOTES issue 14, lever 17).
+    int32_t ahead_expert;
+    int32_t ahead_peer;
 
     __device__ __forceinline__ TileScheduler(const uint32_t shape_m_, const int32_t* grouped_layout_ = nullptr,
                                              const uint32_t num_groups_ = 1)
@@ -106,6 +113,23 @@ struct TileScheduler {
                 num_m_blocks = align_up<uint32_t>(num_m_blocks, 2);
         }
         num_tiles = num_m_blocks * kNumNBlocks;
+        if constexpr (kType == GemmType::MGroupedContiguous)
+            load_experts_ahead();
+    }
+
+    // Contiguous: issue the m_indices loads of next_tile (its row is shape_m when there is none). NOTES: each lane
+    // loads a different row, so that the compiler keeps the values in vector registers: a value it can prove
+    // warp-uniform goes to a uniform register (R2UR) right at the load, which waits for the load there. `next`
+    // takes lane 0's with a shuffle, a tile later.
+    __device__ __forceinline__ void load_experts_ahead() {
+        uint32_t m_block = 0, n_block = 0;
+        if (next_tile < num_tiles)
+            map_tile(next_tile, m_block, n_block);
+        const uint32_t row = next_tile < num_tiles ? m_block * BLOCK_M : shape_m;
+        const uint32_t lane = threadIdx.x % 32;
+        ahead_expert = __ldg(grouped_layout + min(row + lane, shape_m - 1));
+        if constexpr (not kFastAlongN)
+            ahead_peer = __ldg(grouped_layout + min(((m_block ^ 1) * BLOCK_M) + lane, shape_m - 1));
     }
 
     // grouped_layout[g] clamped to [0, shape_m]: masked_m[g] (masked) or the end row of group g (psum).
@@ -207,16 +231,20 @@ struct TileScheduler {
             tile.skip = false;
             tile.pair_shares_b = true;
             if constexpr (kType == GemmType::MGroupedContiguous) {
-                // The phantom block (row_base == its padded end, past shape_m) reads no m_indices.
-                const int32_t expert = tile.row_base < shape_m ? __ldg(grouped_layout + tile.row_base) : -1;
+                // Loaded a call ahead; the phantom block (past shape_m) is padding.
+                const uint32_t mask = __activemask();
+                const int32_t expert = tile.row_base < shape_m ? __shfl_sync(mask, ahead_expert, 0) : -1;
                 tile.skip = expert < 0 or static_cast<uint32_t>(expert) >= num_groups;
                 tile.group = tile.skip ? 0u : static_cast<uint32_t>(expert);
                 if constexpr (not kFastAlongN) {
                     // The pair is M blocks 2i and 2i + 1 of one N block; the phantom's partner loads its own B.
                     const uint32_t peer_row = (tile.m_block ^ 1) * BLOCK_M;
-                    const int32_t peer = peer_row < shape_m ? __ldg(grouped_layout + peer_row) : -1;
+                    const int32_t peer = peer_row < shape_m ? __shfl_sync(mask, ahead_peer, 0) : -1;
                     tile.pair_shares_b = not tile.skip and peer == expert;
                 }
+                next_tile += gridDim.x;
+                load_experts_ahead();
+                return true;
             }
         }
         next_tile += gridDim.x;

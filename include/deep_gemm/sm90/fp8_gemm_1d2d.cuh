@@ -305,20 +305,22 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             float next_sb[kSBPerThread];
             if (has_next)
                 fetch_sb(next_tile, next_sb);
-            // Contiguous layout: which of this thread's rows (lane_row and lane_row + 8 of its warp, per sub-tile)
-            // belong to the tile's expert. Other rows (padding -1, or an index that breaks the layout) are written
-            // as zeros. NOTES: loaded here so that the latency hides behind the K loop.
-            bool row_ok[kNumSubTiles][2];
+            // Contiguous layout: the experts of this thread's rows (lane_row and lane_row + 8 of its warp, per
+            // sub-tile); rows of another expert (padding -1, or an index that breaks the layout) are written as
+            // zeros. NOTES: loaded here and compared only in the epilogue, so that the load latency hides behind
+            // the K loop; comparing here (inside a branch) made every math warp wait out two global-memory round
+            // trips per tile before its first WGMMA (SASS; NOTES issue 14, lever 17).
+            int32_t row_expert[kNumSubTiles][2];
             #pragma unroll
             for (uint32_t s = 0; s < kNumSubTiles; ++s) {
                 #pragma unroll
                 for (uint32_t h = 0; h < 2; ++h) {
-                    row_ok[s][h] = true;
+                    row_expert[s][h] = 0;
                     if constexpr (kGemmType == GemmType::MGroupedContiguous) {
                         const uint32_t row =
                             tile.row_base + wg.sub_tile_row(s) + wg.warp_row + wg.lane_row + h * 8;
-                        const auto group = static_cast<int32_t>(tile.group);
-                        row_ok[s][h] = not tile.skip and (row >= shape_m or __ldg(grouped_layout + row) == group);
+                        // Rows past shape_m are clipped by the TMA store: any in-bounds index will do.
+                        row_expert[s][h] = __ldg(grouped_layout + min(row, shape_m - 1));
                     }
                 }
             }
@@ -438,9 +440,12 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                         #pragma unroll
                         for (uint32_t s = 0; s < kNumSubTiles; ++s) {
                             if constexpr (kGemmType == GemmType::MGroupedContiguous) {
+                                const auto group = static_cast<int32_t>(tile.group);
+                                const bool row_ok[2] = {not tile.skip and row_expert[s][0] == group,
+                                                        not tile.skip and row_expert[s][1] == group};
                                 #pragma unroll
                                 for (uint32_t i = 0; i < kNumAccum; ++i)
-                                    final_accum[s][i] = row_ok[s][(i / 2) % 2] ? final_accum[s][i] : 0.0f;
+                                    final_accum[s][i] = row_ok[(i / 2) % 2] ? final_accum[s][i] : 0.0f;
                             }
                             Epilogue::write_warp(shell.smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row,
                                                  wg.lane_idx);
