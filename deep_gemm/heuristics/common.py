@@ -74,15 +74,16 @@ class GemmConfig:
     num_sms: int            # persistent grid size
     smem_size: int
     num_threads: int
-    # Rows of A each stage loads when fewer than block_m are ever used (a batched GEMM with m < block_m: the rest of
-    # the stage's A tile is never loaded and only feeds rows the epilogue does not write); 0: block_m.
+    # A batched GEMM with m <= block_m (one M block per batch): m rounded up to 8, the rows of A each stage loads
+    # (the rest of the stage's A tile is never loaded and only feeds rows the epilogue does not write), and the
+    # kernel's tile walk knows there is one M block (kOneMBlock); 0: block_m rows, any number of M blocks.
     a_box_rows: int = 0
 
     def __post_init__(self):
         if self.num_sms % self.num_multicast != 0:
             raise ValueError("the grid must be a multiple of the cluster size")
-        if self.a_box_rows and (self.a_box_rows % 8 or self.a_box_rows >= self.block_m):
-            raise ValueError(f"a_box_rows must be a multiple of 8 below block_m, got {self.a_box_rows}")
+        if self.a_box_rows and (self.a_box_rows % 8 or self.a_box_rows > self.block_m):
+            raise ValueError(f"a_box_rows must be a multiple of 8 up to block_m, got {self.a_box_rows}")
 
 
 def num_waves(num_tiles: int, num_sms: int) -> int:

@@ -272,9 +272,10 @@ def _pick_batched_blocks(m: int, n: int, k: int, sms: int, batches: int) -> Tupl
 
 def batched_a_box_rows(m: int, block_m: int) -> int:
     """A batched GEMM's A rows per stage (GemmConfig.a_box_rows): every batch's m rows rounded up to 8 (the 128-byte
-    swizzle's row group) when below block_m. NOTES: at m = 1 a 64-row box moved 8x the A bytes the tile uses."""
+    swizzle's row group) when they fit one M block. NOTES: at m = 1 a 64-row box moved 8x the A bytes the tile
+    uses; one M block also spares the tile walk its run-time divisions (TileScheduler kOneMBlock)."""
     rows = align(m, 8)
-    return rows if rows < block_m else 0
+    return rows if rows <= block_m else 0
 
 
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,

@@ -44,7 +44,8 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
-                 kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m)
+                 kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m,
+                 kOneMBlock=config.a_box_rows > 0)
     return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, config=named)
 
 

@@ -311,7 +311,7 @@ def test_batched_config_is_consistent(b, m, n, k):
     assert c.smem_size == sm90_smem_size(k, c.block_m, c.block_n, c.num_stages, gather_scales=True) <= SMEM_BUDGET
     tiles = b * -(-m // c.block_m) * -(-n // c.block_n)
     assert c.num_sms <= min(132, tiles + c.num_multicast - 1), "the grid never exceeds the batches' tiles"
-    assert c.a_box_rows == (0 if m >= c.block_m else -(-m // 8) * 8)
+    assert c.a_box_rows == (0 if m > c.block_m else -(-m // 8) * 8)
     assert c.num_multicast == 1 or (c.multicast_on_a and -(-n // c.block_n) % 2 == 0), "only A pairs, N blocks even"
 
 

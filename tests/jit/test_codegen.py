@@ -101,7 +101,7 @@ def test_sm90_kernel_source_names():
         kGemmType=CppName("deep_gemm::GemmType::Normal"), SHAPE_N=2112, SHAPE_K=7168, BLOCK_M=config.block_m,
         BLOCK_N=config.block_n, kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
         kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes, kSmemSize=config.smem_size,
-        kPsumAlignment=0, kGatherScales=False, kLoadRowsA=config.block_m)
+        kPsumAlignment=0, kGatherScales=False, kLoadRowsA=config.block_m, kOneMBlock=False)
     assert "&deep_gemm::sm90::fp8_gemm_1d2d_impl<Config>" in source.code()
     masked = sm90_fp8_gemm_1d2d.kernel_source(2112, 7168, config, KernelType.M_GROUPED_MASKED)
     assert dict(masked.config)["kGemmType"] == CppName("deep_gemm::GemmType::MGroupedMasked")
@@ -109,7 +109,11 @@ def test_sm90_kernel_source_names():
     batched_config = get_config(GemmProblem(3, 512, 128, 132, kernel_type=KernelType.BATCHED, num_groups=128))
     batched = dict(sm90_fp8_gemm_1d2d.kernel_source(512, 128, batched_config, KernelType.BATCHED).config)
     assert batched["kGemmType"] == CppName("deep_gemm::GemmType::Batched") and batched["kGatherScales"] is True
-    assert batched_config.a_box_rows == 8 and batched["kLoadRowsA"] == 8
+    assert batched_config.a_box_rows == 8 and batched["kLoadRowsA"] == 8 and batched["kOneMBlock"] is True
+    # m = block_m: the whole box, still one M block per batch.
+    full = get_config(GemmProblem(64, 512, 128, 132, kernel_type=KernelType.BATCHED, num_groups=16))
+    full_named = dict(sm90_fp8_gemm_1d2d.kernel_source(512, 128, full, KernelType.BATCHED).config)
+    assert full.block_m == 64 and full_named["kLoadRowsA"] == 64 and full_named["kOneMBlock"] is True
 
 
 def test_sm90_wgrad_kernel_source_names():

@@ -54,7 +54,8 @@ constexpr uint32_t fp8_gemm_smem_size() {
 // that no tile waits for its SB on a global load: with short K loops that load's latency was exposed per tile),
 // kLoadRowsA (rows of A each stage loads: BLOCK_M, or fewer when no group has more rows (batched GEMMs with
 // m < BLOCK_M); the rest of the stage's A tile keeps stale data, which only reaches rows the epilogue does not
-// write).
+// write), kOneMBlock (batched GEMMs with m <= BLOCK_M: one M block per batch, a tile walk without run-time
+// divisions; TileScheduler).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
@@ -145,8 +146,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     // [math WGs][2 buffers][kNumSBPerTile], or with gathered scales [stages][2]
     float* smem_sb = smem_sa + kNumStages * BLOCK_M;
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
-    // A batched GEMM whose A box is narrower than BLOCK_M has m < BLOCK_M rows per batch (GemmConfig.a_box_rows).
-    constexpr bool kOneMBlock = kGemmType == GemmType::Batched and Config::kLoadRowsA < BLOCK_M;
+    constexpr bool kOneMBlock = Config::kOneMBlock;
+    DG_STATIC_ASSERT(not kOneMBlock or kGemmType == GemmType::Batched, "one M block is a batched GEMM's promise");
     using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment, kOneMBlock>;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
