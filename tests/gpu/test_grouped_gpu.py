@@ -354,6 +354,26 @@ def test_cached_layouts_recheck_pointers():
         check_masked(g, masked_m, ref, what="warmed masked layout")
 
 
+def run_forced_contiguous(config, lhs, rhs, m_indices, ref):
+    """Two calls of the contiguous GEMM with `config` forced, into poisoned guarded outputs: guard bands intact,
+    every row written, padding rows zeros, calc_diff against `ref`, the second call bitwise equal to the first."""
+    rows, n = ref.shape
+    first = None
+    with deep_gemm.testing.forced_config(config):
+        for _ in range(2):
+            g = Guarded(rows, n)
+            out = g.out3[0]
+            deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices)
+            torch.cuda.synchronize()
+            g.check_guards()
+            assert bool(g.written().all()), "every row (padding included) must be written"
+            assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
+            assert calc_diff(out, ref) < 1e-5
+            if first is not None:
+                assert torch.equal(first.view(torch.int16), out.view(torch.int16)), "rerun is not bitwise identical"
+            first = out.clone()
+
+
 @pytest.mark.parametrize("n,k", [(512, 1024), (384, 7168)])
 def test_contiguous_b_multicast_pairs_across_experts(n, k):
     """B multicast over pairs of M blocks, forced: pairs inside one expert share B, pairs across two experts or
@@ -371,17 +391,7 @@ def test_contiguous_b_multicast_pairs_across_experts(n, k):
     sms = deep_gemm.get_num_sms()
     config = build_sm90_config(m, n, k, 128, 128, sms, 2, False)
     assert config.num_multicast == 2 and not config.multicast_on_a
-    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
-    with deep_gemm.testing.forced_config(config):
-        for _ in range(2):
-            g = Guarded(m, n)
-            out = g.out3[0]
-            deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a, sa), (b, sb), out, m_indices)
-            torch.cuda.synchronize()
-            g.check_guards()
-            assert bool(g.written().all()), "every row (padding included) must be written"
-            assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
-            assert calc_diff(out, ref) < 1e-5
+    run_forced_contiguous(config, (a, deep_gemm.get_col_major_tma_aligned_tensor(sa)), (b, sb), m_indices, ref)
 
 
 @pytest.mark.parametrize("n,k", [(512, 1024), (384, 7168)])
@@ -399,18 +409,5 @@ def test_contiguous_b_multicast_odd_m_blocks(n, k, rows):
     sms = deep_gemm.get_num_sms()
     config = build_sm90_config(rows, n, k, 128, 128, sms, 2, False)
     assert config.num_multicast == 2 and not config.multicast_on_a
-    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa.contiguous())
-    with deep_gemm.testing.forced_config(config):
-        first = None
-        for _ in range(2):
-            g = Guarded(rows, n)
-            out = g.out3[0]
-            deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a, sa), (b, sb), out, m_indices)
-            torch.cuda.synchronize()
-            g.check_guards()
-            assert bool(g.written().all()), "every row (padding included) must be written"
-            assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
-            assert calc_diff(out, ref) < 1e-5
-            if first is not None:
-                assert torch.equal(first.view(torch.int16), out.view(torch.int16)), "rerun is not bitwise identical"
-            first = out.clone()
+    run_forced_contiguous(config, (a, deep_gemm.get_col_major_tma_aligned_tensor(sa.contiguous())), (b, sb),
+                          m_indices, ref)
