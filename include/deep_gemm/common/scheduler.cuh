@@ -231,7 +231,8 @@ struct TileScheduler {
             tile.skip = false;
             tile.pair_shares_b = true;
             if constexpr (kType == GemmType::MGroupedContiguous) {
-                // Loaded a call ahead; the phantom block (past shape_m) is padding.
+                // Loaded a call ahead; the phantom block (past shape_m) is padding. NOTES: callers are whole
+                // converged warps (math warpgroups) or the TMA thread alone, whose own value is lane 0's.
                 const uint32_t mask = __activemask();
                 const int32_t expert = tile.row_base < shape_m ? __shfl_sync(mask, ahead_expert, 0) : -1;
                 tile.skip = expert < 0 or static_cast<uint32_t>(expert) >= num_groups;

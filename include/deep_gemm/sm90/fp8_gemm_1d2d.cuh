@@ -146,9 +146,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     // [math WGs][2 buffers][kNumSBPerTile], or with gathered scales [stages][2]
     float* smem_sb = smem_sa + kNumStages * BLOCK_M;
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
-    constexpr bool kOneMBlock = Config::kOneMBlock;
-    DG_STATIC_ASSERT(not kOneMBlock or kGemmType == GemmType::Batched, "one M block is a batched GEMM's promise");
-    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment, kOneMBlock>;
+    using Scheduler =
+        typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment, Config::kOneMBlock>;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
     if (Shell::is_producer()) {
