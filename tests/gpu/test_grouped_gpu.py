@@ -41,20 +41,25 @@ def make_contiguous(sizes, n: int, k: int, seed: int, align: int = ALIGN):
     return contiguous_inputs(sizes, n, k, torch.Generator(device="cuda").manual_seed(seed), "cuda", align)
 
 
-def run_contiguous(sizes, n, k, seed, check_bf16=True):
-    torch.backends.cuda.matmul.allow_tf32 = False
-    lhs, rhs, m_indices, ref, ref_bf16 = make_contiguous(sizes, n, k, seed)
-    m = m_indices.numel()
-    g = Guarded(m, n)
+def call_contiguous_checked(lhs, rhs, m_indices, ref, what):
+    """One contiguous GEMM into a poisoned guarded output, checked: guard bands intact, every row written, padding
+    rows zeros, calc_diff against the dequantised FP32 reference `ref` < 1e-5. Returns the output."""
+    g = Guarded(*ref.shape)
     out = g.out3[0]
     deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices)
     torch.cuda.synchronize()
     g.check_guards()
     assert bool(g.written().all()), "every row (padding included) must be written"
-    pad = m_indices < 0
-    assert bool((out[pad].float() == 0).all()), "padding rows must be zeros"
+    assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
     diff = calc_diff(out, ref)
-    assert diff < 1e-5, f"sizes={sizes} n={n} k={k}: calc_diff vs dequantised FP32 = {diff:.3g}"
+    assert diff < 1e-5, f"{what}: calc_diff vs dequantised FP32 = {diff:.3g}"
+    return out
+
+
+def run_contiguous(sizes, n, k, seed, check_bf16=True):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    lhs, rhs, m_indices, ref, ref_bf16 = make_contiguous(sizes, n, k, seed)
+    out = call_contiguous_checked(lhs, rhs, m_indices, ref, f"sizes={sizes} n={n} k={k}")
     if check_bf16 and ref_bf16.abs().sum() > 0:
         diff_bf16 = calc_diff(out, ref_bf16)
         assert diff_bf16 < 1e-3, f"sizes={sizes} n={n} k={k}: calc_diff vs BF16 = {diff_bf16:.3g}"
@@ -357,18 +362,10 @@ def test_cached_layouts_recheck_pointers():
 def run_forced_contiguous(config, lhs, rhs, m_indices, ref):
     """Two calls of the contiguous GEMM with `config` forced, into poisoned guarded outputs: guard bands intact,
     every row written, padding rows zeros, calc_diff against `ref`, the second call bitwise equal to the first."""
-    rows, n = ref.shape
     first = None
     with deep_gemm.testing.forced_config(config):
         for _ in range(2):
-            g = Guarded(rows, n)
-            out = g.out3[0]
-            deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices)
-            torch.cuda.synchronize()
-            g.check_guards()
-            assert bool(g.written().all()), "every row (padding included) must be written"
-            assert bool((out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
-            assert calc_diff(out, ref) < 1e-5
+            out = call_contiguous_checked(lhs, rhs, m_indices, ref, f"forced {config}")
             if first is not None:
                 assert torch.equal(first.view(torch.int16), out.view(torch.int16)), "rerun is not bitwise identical"
             first = out.clone()
