@@ -1,0 +1,169 @@
+"""Traffic floors: how fast any kernel can be that only moves a GEMM's bytes, timed by the benchmarks' own method.
+
+For each case the script times, in one process and on the same kind of inputs: our GEMM call, and a streaming
+kernel that reads as many bytes as the GEMM's inputs (A, B and scales) and writes as many as its output D, with
+nothing else to do (no MMA, no scales, no tiles: one program per 16-32 KB block, the best of three launch shapes).
+Both are timed the way bench.py / bmm.py / ../shared/peers time everything: kineto kernel time, an 8 GB memset
+before every call ("write flush": it leaves L2 full of dirty lines, which the next kernel's reads must first
+write back to HBM), mean of --num-tests; and again after an 8 GB read instead ("read flush": L2 left clean), to
+show how much of a floor is the method's. A target asking for more effective TB/s than the floor kernel reaches
+under the same method cannot be met by any GEMM; the ratio ours/floor says how far a kernel is from its bytes.
+
+    python -m benchmarks.floors [--suite bmm|dense|masked|all] [--json PATH]   (needs Triton, as the BMM seed does)
+"""
+import argparse
+import json
+import sys
+
+import torch
+
+import deep_gemm
+from benchmarks import bmm
+from benchmarks.bench import dense_shapes, gpu_state, provenance
+from deep_gemm.testing import bench_kineto, count_bytes
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the floors need a streaming kernel; everything else in benchmarks/ runs without Triton
+    triton = None
+
+FLOOR_KERNEL = "traffic_floor_kernel"
+# (words per program, warps): the floor is the fastest of these launch shapes for each case.
+FLOOR_SHAPES = ((4096, 4), (4096, 8), (8192, 8))
+
+if triton is not None:
+    @triton.jit
+    def traffic_floor_kernel(src, dst, sink, n_read, n_write, BLOCK: tl.constexpr):
+        # Program p reads words [p * BLOCK, (p + 1) * BLOCK) of src and writes the same range of dst, each where it
+        # exists; the xor of what it read goes to sink[p] so that no read is dead when nothing is written.
+        p = tl.program_id(0)
+        offs = p.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        words = tl.load(src + offs, mask=offs < n_read, other=0)
+        tl.store(dst + offs, words, mask=offs < n_write)
+        tl.store(sink + p, tl.xor_sum(words, 0))
+
+
+def _bytes_to_words(n):
+    return (n + 3) // 4
+
+
+class Flushes:
+    """The two ways of emptying L2 before each call: the benchmarks' 8 GB memset, or an 8 GB read."""
+
+    def __init__(self):
+        self._big = torch.zeros((8 << 30) // 4, dtype=torch.int32, device="cuda")
+        self._read = lambda: self._big.amax()  # a reduction kernel: not matched by the kernel names timed here
+
+    def time(self, fn, kernel, flush, num_tests):
+        kwargs = dict(flush_l2=True) if flush == "write" else dict(flush_l2=False, barrier=self._read)
+        return bench_kineto(fn, kernel, num_tests=num_tests, suppress_kineto_output=True, **kwargs)
+
+
+def floor_us(read_bytes, write_bytes, flushes, flush, num_tests):
+    """Microseconds of the fastest FLOOR_SHAPES launch of the traffic kernel moving these bytes."""
+    n_read, n_write = _bytes_to_words(read_bytes), _bytes_to_words(write_bytes)
+    src = torch.randint(-2 ** 31, 2 ** 31 - 1, (max(n_read, 1),), dtype=torch.int32, device="cuda")
+    dst = torch.empty((max(n_write, 1),), dtype=torch.int32, device="cuda")
+    best = None
+    for block, warps in FLOOR_SHAPES:
+        grid = max(1, triton.cdiv(max(n_read, n_write), block))
+        sink = torch.empty((grid,), dtype=torch.int32, device="cuda")
+        fn = lambda grid=grid, sink=sink, block=block, warps=warps: traffic_floor_kernel[(grid,)](  # noqa: E731
+            src, dst, sink, n_read, n_write, BLOCK=block, num_warps=warps)
+        t = flushes.time(fn, FLOOR_KERNEL, flush, num_tests) * 1e6
+        best = t if best is None else min(best, t)
+    return best
+
+
+# ---- The cases: each builds its inputs and returns (label, target note, our call, read bytes, write bytes) ----
+
+def bmm_case(b, m, n, k):
+    x8, xs, y8, ys = bmm.make_inputs(b, m, n, k)
+    out = torch.empty((b, m, n), device="cuda", dtype=torch.bfloat16)
+    fn = lambda: deep_gemm.bmm_fp8_fp8_bf16_nt((x8, xs), (y8, ys), out)  # noqa: E731
+    return f"bmm {b}x{m}x{n}x{k}", fn, count_bytes(x8, xs, y8, ys), count_bytes(out)
+
+
+def dense_case(m, n, k):
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda", dtype=torch.bfloat16))
+    b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((n, k), device="cuda", dtype=torch.bfloat16))
+    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+    out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+    fn = lambda: deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)  # noqa: E731
+    # Effective traffic as the issue counts it: A + B + scales + D.
+    return f"dense {m}x{n}x{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out)
+
+
+def masked_case(groups, m, n, k):
+    """Masked decode: every expert with exactly m rows (m_max = m); the bytes that exist are all moved."""
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((groups * m, k), device="cuda", dtype=torch.bfloat16))
+    a8 = a8.view(groups, m, k)
+    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa.view(groups, m, -1))
+    b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((groups * n, k), device="cuda", dtype=torch.bfloat16))
+    b8, sb = b8.view(groups, n, k), sb.view(groups, -1, sb.shape[-1])
+    out = torch.empty((groups, m, n), device="cuda", dtype=torch.bfloat16)
+    masked_m = torch.full((groups,), m, dtype=torch.int32, device="cuda")
+    fn = lambda: deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a8, sa), (b8, sb), out, masked_m, m)  # noqa
+    return f"masked {groups}x{m} n{n} k{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out)
+
+
+# Issue 17's 32 MLA shapes (bmm.py's, without the two large batches); issue 14's small-m dense shapes (bench.py's
+# with m <= 128 and k a multiple of 128: the "small m" suite of the same-run harness) and its masked decode
+# (16 experts x 16-48 tokens, n 4096, k 7168; DeepGEMM's own H200 log: 3.74 TB/s).
+SUITES = {
+    "bmm": [(bmm_case, shape) for shape in bmm.issue_shapes() if bmm.is_mla(*shape)],
+    "dense": [(dense_case, (m, n, k)) for m, n, k in dense_shapes() if m <= 128 and k % 128 == 0],
+    "masked": [(masked_case, (16, m, 4096, 7168)) for m in (16, 32, 48)],
+}
+
+
+def run(suites, num_tests):
+    flushes = Flushes()
+    rows = []
+    empty_us = {f: floor_us(0, 0, flushes, f, num_tests) for f in ("write", "read")}
+    print(f"empty launch of the floor kernel (one program): {empty_us['write']:.2f} us after the write flush, "
+          f"{empty_us['read']:.2f} us after the read flush")
+    print("| case | MB read | MB written | ours us | floor us | ours TB/s | floor TB/s | ours/floor time | "
+          "read flush: ours us | floor us | floor TB/s |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    for suite in suites:
+        for make, args in SUITES[suite]:
+            label, fn, read_bytes, write_bytes = make(*args)
+            moved = read_bytes + write_bytes
+            row = dict(suite=suite, case=label, args=list(args), read_bytes=read_bytes, write_bytes=write_bytes)
+            for flush in ("write", "read"):
+                ours = flushes.time(fn, "fp8_gemm", flush, num_tests) * 1e6
+                floor = floor_us(read_bytes, write_bytes, flushes, flush, num_tests)
+                row[flush] = dict(ours_us=ours, floor_us=floor, ours_tbps=moved / ours / 1e6,
+                                  floor_tbps=moved / floor / 1e6)
+            w, r = row["write"], row["read"]
+            print(f"| {label} | {read_bytes / 1e6:.2f} | {write_bytes / 1e6:.2f} | {w['ours_us']:.2f} | "
+                  f"{w['floor_us']:.2f} | {w['ours_tbps']:.2f} | {w['floor_tbps']:.2f} | "
+                  f"{w['ours_us'] / w['floor_us']:.2f} | {r['ours_us']:.2f} | {r['floor_us']:.2f} | "
+                  f"{r['floor_tbps']:.2f} |", flush=True)
+            rows.append(row)
+            del fn
+            torch.cuda.empty_cache()
+    return dict(empty_us=empty_us, rows=rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=["all", *SUITES], default="all")
+    parser.add_argument("--num-tests", type=int, default=20)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    if triton is None or not torch.cuda.is_available():
+        print("floors: needs a CUDA GPU and Triton (the streaming kernel is a Triton kernel)", file=sys.stderr)
+        return 2
+    result = run(list(SUITES) if args.suite == "all" else [args.suite], args.num_tests)
+    result.update(gpu_end=gpu_state(), provenance=provenance(), num_tests=args.num_tests,
+                  method="kineto, mean of num_tests; write flush = 8 GB memset, read flush = 8 GB amax")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

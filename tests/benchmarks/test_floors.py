@@ -1,0 +1,28 @@
+"""benchmarks/floors.py without a GPU: the command line refuses cleanly and the suites are the issues' shapes."""
+import os
+import subprocess
+import sys
+
+from benchmarks import floors
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_command_line_without_gpu():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.floors", "--help"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--suite" in proc.stdout
+    run = subprocess.run([sys.executable, "-m", "benchmarks.floors", "--suite", "bmm"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "needs a CUDA GPU and Triton" in run.stderr
+
+
+def test_suites_are_the_issues_shapes():
+    bmm_shapes = {args for _, args in floors.SUITES["bmm"]}
+    assert len(bmm_shapes) == 32 and {b for b, _, _, _ in bmm_shapes} == {16, 128}
+    assert {(n, k) for _, _, n, k in bmm_shapes} == {(512, 128), (128, 512)}
+    dense = [args for _, args in floors.SUITES["dense"]]
+    assert len(dense) == 12 and all(m <= 128 and k % 128 == 0 for m, _, k in dense)
+    assert (64, 7168, 16384) in dense  # the best small-m shape of issue 14's target 2
+    assert [args for _, args in floors.SUITES["masked"]] == [(16, m, 4096, 7168) for m in (16, 32, 48)]
