@@ -190,13 +190,25 @@ def floors(num_tests):
 FLUSH_STUDY = [(128, 1, 512, 128), (128, 16, 512, 128), (128, 1, 128, 512), (128, 16, 128, 512), (16, 1, 512, 128)]
 
 
+class Flushes:
+    """The two ways of emptying L2 before each timed call: the benchmarks' 8 GB memset ("write", which leaves L2 full
+    of dirty lines: a kernel's first reads evict them, i.e. write them back to HBM first), or an 8 GB read ("read",
+    L2 left clean)."""
+
+    def __init__(self):
+        self._big = torch.zeros((8 << 30) // 4, dtype=torch.int32, device="cuda")
+        self._read = lambda: self._big.amax()  # a reduction kernel: not matched by the kernel names timed here
+
+    def time(self, fn, kernel, flush, num_tests):
+        """Mean seconds of `kernel` per call of `fn` after the `flush` ("write" or "read") flush."""
+        kwargs = dict(flush_l2=True) if flush == "write" else dict(flush_l2=False, barrier=self._read)
+        return bench_kineto(fn, kernel, num_tests=num_tests, suppress_kineto_output=True, **kwargs)
+
+
 def flush_study(num_tests):
-    """How much of a decode call's time the flush method itself sets: ours and torch's 8 MiB copy timed after the
-    usual 8 GB memset (which leaves L2 full of dirty lines: the kernel's reads evict them, i.e. write them back to
-    HBM first) and after an 8 GB read instead (L2 left clean). Same kernels, same inputs, one process."""
-    big = torch.empty((8 << 30) // 4, dtype=torch.int32, device="cuda")
-    big.zero_()
-    read_flush = lambda: big.amax()  # noqa: E731 (a reduction kernel: not matched by the names timed below)
+    """How much of a decode call's time the flush method itself sets: ours and torch's 8 MiB copy timed after each of
+    the two Flushes. Same kernels, same inputs, one process."""
+    flushes = Flushes()
     src = torch.randn(2 << 20, device="cuda")
     dst = torch.empty_like(src)
     rows = []
@@ -208,8 +220,8 @@ def flush_study(num_tests):
         cases.append((f"ours {b}x{m}x{n}x{k}", fn, OURS_KERNEL, count_bytes(x8, xs, y8, ys, out)))
     for name, fn, kernel, moved in cases:
         row = dict(case=name, bytes=moved)
-        for flush, kwargs in (("write", dict(flush_l2=True)), ("read", dict(flush_l2=False, barrier=read_flush))):
-            t = bench_kineto(fn, kernel, num_tests=num_tests, suppress_kineto_output=True, **kwargs)
+        for flush in ("write", "read"):
+            t = flushes.time(fn, kernel, flush, num_tests)
             row[f"{flush}_us"], row[f"{flush}_tbps"] = t * 1e6, moved / t / 1e12
         rows.append(row)
         print(f"| {name} | {row['write_us']:.2f} | {row['write_tbps']:.2f} | {row['read_us']:.2f} | "

@@ -20,7 +20,7 @@ import torch
 import deep_gemm
 from benchmarks import bmm
 from benchmarks.bench import dense_shapes, gpu_state, provenance
-from deep_gemm.testing import bench_kineto, count_bytes
+from deep_gemm.testing import count_bytes
 
 try:
     import triton
@@ -46,18 +46,6 @@ if triton is not None:
 
 def _bytes_to_words(n):
     return (n + 3) // 4
-
-
-class Flushes:
-    """The two ways of emptying L2 before each call: the benchmarks' 8 GB memset, or an 8 GB read."""
-
-    def __init__(self):
-        self._big = torch.zeros((8 << 30) // 4, dtype=torch.int32, device="cuda")
-        self._read = lambda: self._big.amax()  # a reduction kernel: not matched by the kernel names timed here
-
-    def time(self, fn, kernel, flush, num_tests):
-        kwargs = dict(flush_l2=True) if flush == "write" else dict(flush_l2=False, barrier=self._read)
-        return bench_kineto(fn, kernel, num_tests=num_tests, suppress_kineto_output=True, **kwargs)
 
 
 def floor_us(read_bytes, write_bytes, flushes, flush, num_tests):
@@ -119,7 +107,7 @@ SUITES = {
 
 
 def run(suites, num_tests):
-    flushes = Flushes()
+    flushes = bmm.Flushes()
     rows = []
     empty_us = {f: floor_us(0, 0, flushes, f, num_tests) for f in ("write", "read")}
     print(f"empty launch of the floor kernel (one program): {empty_us['write']:.2f} us after the write flush, "
