@@ -1,9 +1,11 @@
-"""Print the README's performance tables (Markdown) from a bench.py result and write its plot next to it.
+"""Print the published performance tables (Markdown) of a bench.py result and write its plot next to it.
 
-Usage: python -m benchmarks.readme_table RESULT.json [--no-plot]
+Usage: python -m benchmarks.readme_table RESULT.json [--cases] [--no-plot]
+Without --cases: the README's summary, one line per suite (cases, TFLOPS range, geomean and range of the ratio to
+cuBLAS in the same run). With --cases: docs/performance.md's per-case tables (kernel time,
+TFLOPS, cuBLAS in the same run and DeepGEMM's figure, with the geomean ratios under each table).
 The plot goes to RESULT.png (ours vs cuBLAS, and DeepGEMM where the rows carry its figure); it needs matplotlib
-(the `bench` extra). One table per suite present: kernel time, TFLOPS, cuBLAS in the same run and DeepGEMM's
-figure, with the geomean ratios under each table.
+(the `bench` extra). tests/test_docs.py checks that README.md and docs/performance.md hold exactly this output.
 """
 import argparse
 import json
@@ -22,8 +24,8 @@ def _geomean(ratios) -> float:
     return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
 
-def markdown(result: dict) -> str:
-    """The tables of one result (a bench.py JSON), with a provenance line."""
+def provenance_line(result: dict) -> str:
+    """One sentence naming the device, software, commit and date of a result (a bench.py JSON)."""
     prov = result.get("provenance", {})
     versions = prov.get("versions", {})
     head = [f"{result.get('device') or 'unknown device'}", f"torch {result.get('torch')}"]
@@ -35,7 +37,12 @@ def markdown(result: dict) -> str:
         head.append(f"NVRTC {versions['nvrtc']}")
     if prov.get("date"):
         head.append(prov["date"][:10])
-    lines = [f"Measured on {', '.join(head)} (`benchmarks/bench.py`, kineto kernel time, mean of the run's calls)."]
+    return f"Measured on {', '.join(head)} (`benchmarks/bench.py`, kineto kernel time, mean of the run's calls)."
+
+
+def markdown(result: dict) -> str:
+    """The per-case tables of one result (a bench.py JSON), with a provenance line."""
+    lines = [provenance_line(result)]
     for key, title in SECTIONS:
         rows = result.get(key) or []
         if not rows:
@@ -66,9 +73,39 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+# The summary's suites: (result key, row kind, title, compared with cuBLAS?). The grouped suites have no cuBLAS
+# equivalent: their cuBLAS column is a dense GEMM of the same valid rows, a drift anchor rather than a competitor.
+SUMMARY_SUITES = (("rows", "dense", "dense", True), ("grouped", "contiguous", "MoE contiguous", False),
+                  ("grouped", "masked", "MoE masked", False), ("wgrad", "wgrad", "weight gradient", True),
+                  ("wgrad", "k_grouped", "k-grouped weight gradient", True))
+
+
+def _ratio_cell(ratios) -> str:
+    if not ratios:
+        return "n/a"
+    return f"{_geomean(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)})"
+
+
+def summary(result: dict) -> str:
+    """The README's short table: one line per suite present in `result` (a bench.py JSON), with a provenance line.
+    The ratio cell is "geomean (min-max, number of cases)" of our TFLOPS over cuBLAS's in the same run. DeepGEMM's
+    figures in the rows are left to the per-case tables: they were not measured in the run."""
+    lines = [provenance_line(result), "", "| suite | cases | TFLOPS | x cuBLAS (same run) |", "|---|---|---|---|"]
+    for key, kind, title, with_cublas in SUMMARY_SUITES:
+        rows = [r for r in result.get(key) or [] if r.get("kind", "dense") == kind]
+        if not rows:
+            continue
+        tflops = [r["tflops"] for r in rows]
+        vs_cublas = [r["tflops"] / r["cublas_tflops"] for r in rows if with_cublas and r.get("cublas_tflops")]
+        lines.append(f"| {title} | {len(rows)} | {min(tflops):.0f}-{max(tflops):.0f} | {_ratio_cell(vs_cublas)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("result", help="a bench.py result JSON, e.g. benchmarks/results/<date>_<commit>_h200.json")
+    parser.add_argument("--cases", action="store_true", help="per-case tables (docs/performance.md) instead of the "
+                                                                 "README's one-line-per-suite summary")
     parser.add_argument("--no-plot", action="store_true", help="print the tables only")
     args = parser.parse_args()
     try:
@@ -78,7 +115,7 @@ def main() -> None:
         parser.error(f"result: cannot read a JSON result from {args.result}: {e}")
     if not any(result.get(key) for key, _ in SECTIONS):
         parser.error(f"result: {args.result} has no measured rows (expected 'rows', 'grouped' or 'wgrad')")
-    print(markdown(result))
+    print(markdown(result) if args.cases else summary(result))
     if not args.no_plot:
         image = os.path.splitext(args.result)[0] + ".png"
         try:
