@@ -86,7 +86,7 @@ def test_readme_table_cli_writes_the_plot_next_to_the_result(tmp_path):
     pytest.importorskip("matplotlib")
     result = tmp_path / "2026-11-26_abc_h200.json"
     result.write_text(json.dumps(fake_result()))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.readme_table", str(result)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.readme_table", str(result), "--cases"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "| 64x2112x7168 |" in proc.stdout and (tmp_path / "2026-11-26_abc_h200.png").exists()
