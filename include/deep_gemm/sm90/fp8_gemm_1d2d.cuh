@@ -216,14 +216,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             ops.n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
             ops.num_k_blocks = kNumKBlocks;
             // Masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
-            ops.scale_row = kGemmType == GemmType::MGroupedMasked ? tile.group * kNumKBlocks : 0;  // psum: as contiguous
+            // psum: as contiguous.
+            ops.scale_row = kGemmType == GemmType::MGroupedMasked ? tile.group * kNumKBlocks : 0;
             ops.skip = kSkipPadding and tile.skip;
             ops.peer_shares_b = not kPairMayDiffer or tile.pair_shares_b;
             return ops;
         };
-        const typename Promotion::Producer scales{&tensor_map_sa,   Promotion::smem_sa(shell.smem_scales),
+        const typename Promotion::Producer scales{&tensor_map_sa, Promotion::smem_sa(shell.smem_scales),
                                                   Promotion::smem_sb(shell.smem_scales), sa, sa_group_stride,
-                                                  sa_row_stride,    sa_k_stride, sb, shape_m};
+                                                  sa_row_stride, sa_k_stride, sb, shape_m};
         shell.template produce<kStageTxBytes>(make_scheduler, operands, scales);
     } else {
         const auto wg = shell.math_warpgroup();

@@ -86,7 +86,8 @@ struct FP8WGMMA {
 //   kBlockK        elements of K per pipeline stage: one 128-byte row of a K-major, 128B-swizzled tile, which is what
 //                  the descriptors (kmajor_sw128_desc) and the TMA boxes describe;
 //   MMA<BLOCK_N>   its warpgroup MMA: M = 64 rows, K elements per instruction, kNumAccum FP32 accumulators per thread,
-//                  and mma_k_block<kBlockK>(a_lo, b_lo, acc) issuing one stage's instructions (the first resetting acc).
+//                  and mma_k_block<kBlockK>(a_lo, b_lo, acc) issuing one stage's instructions (the first one
+//                  overwrites acc).
 // FP8 e4m3 today. NOTES: a BF16 policy is 2-byte elements, kBlockK = 64 and wgmma .bf16 m64nNk16 (the same
 // descriptors: a K block is still one 128-byte row).
 struct FP8E4M3Operands {

@@ -206,7 +206,9 @@ struct FP8BlockPromotion {
             }
         }
         // The tile's RHS scales are in buffer `buf`.
-        __device__ __forceinline__ void begin_tile(uint32_t buf) { tile_sb_addr = smem_u32(wg_sb + buf * kNumSBPerTile); }
+        __device__ __forceinline__ void begin_tile(uint32_t buf) {
+            tile_sb_addr = smem_u32(wg_sb + buf * kNumSBPerTile);
+        }
 
         // K block k_block's RHS scales from the tile's buffer.
         // NOTES: this warpgroup wrote them itself (store_tile_sb), so they are read before the stage's full-barrier
