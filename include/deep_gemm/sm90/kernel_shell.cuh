@@ -237,15 +237,17 @@ struct KernelShell {
         }
         __device__ __forceinline__ uint32_t thread_row() const { return math_wg * WGMMA::M + warp_row + lane_row; }
 
-        // Issue (not wait for) the WGMMAs of one K block (kStageK) of sub-tile s in `stage` into acc.
-        __device__ __forceinline__ void issue_mma(uint32_t stage, uint32_t s, float* acc) const {
+        // Issue (not wait for) the WGMMAs of one K block (kStageK) of sub-tile s in `stage` into acc (overwriting
+        // it, or adding to it with `accumulate`).
+        __device__ __forceinline__ void issue_mma(uint32_t stage, uint32_t s, float* acc,
+                                                  bool accumulate = false) const {
             const uint32_t a_lo = a_desc_lo + (stage * kSmemABytes + s * kNumMathWGs * WGMMA::M * kRowBytes) / 16;
             const uint32_t b_lo = b_desc_lo + stage * (kSmemBBytes / 16);
             #pragma unroll
             for (uint32_t i = 0; i < kNumAccum; ++i)
                 wgmma_fence_operand(acc[i]);
             wgmma_fence();
-            WGMMA::template mma_k_block<kStageK>(a_lo, b_lo, acc);
+            WGMMA::template mma_k_block<kStageK>(a_lo, b_lo, acc, accumulate);
             wgmma_commit_group();
             #pragma unroll
             for (uint32_t i = 0; i < kNumAccum; ++i)

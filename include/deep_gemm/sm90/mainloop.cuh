@@ -203,4 +203,39 @@ struct RowColKLoop {
     }
 };
 
+// One tile's K loop without promotion (NoPromotion): every K block's WGMMAs add into the tile's accumulators, the
+// first K block's overwriting them.
+// NOTES: each K block is waited for before its stage is released, so the tensor cores idle between K blocks while the
+// next WGMMAs are issued; keeping one K block in flight (wait_group<1>, releasing the previous stage) is the first
+// lever of a tuned non-promoting kernel, to be measured against this on the GPU.
+template <typename Shell, typename Promotion>
+struct AccumulatingKLoop {
+    static constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
+    static constexpr uint32_t kNumAccum = Shell::kNumAccum;
+    DG_STATIC_ASSERT(not Promotion::kPromotes, "a promoting policy needs a promoting K loop (PromotedKLoop)");
+
+    const Shell& shell;
+    const typename Shell::MathWarpgroup& wg;
+    typename Shell::Stages& stages;
+    float (&accum)[kNumSubTiles][kNumAccum];
+
+    __device__ __forceinline__ void run(uint32_t num_k_blocks) {
+        #pragma unroll 1
+        for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
+            shell.ring.wait_full(stages);
+            #pragma unroll
+            for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                wg.issue_mma(stages.stage, s, accum[s], k_block > 0);
+            wgmma_wait_group<0>();
+            #pragma unroll
+            for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                #pragma unroll
+                for (uint32_t i = 0; i < kNumAccum; ++i)
+                    wgmma_fence_operand(accum[s][i]);
+            wg.release(stages.stage);
+            stages.advance();
+        }
+    }
+};
+
 }  // namespace deep_gemm::sm90

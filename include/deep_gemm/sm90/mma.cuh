@@ -70,13 +70,16 @@ struct FP8WGMMA {
         WGMMAE4M3<BLOCK_N>::mma(desc_a, desc_b, d, accumulate);
     }
 
-    // d = A[64 x 128] * B[BLOCK_N x 128]^T over one 128-wide K block: kBlockK / K WGMMAs on the tiles whose
-    // descriptor low words are a_lo and b_lo (see kmajor_sw128_desc_lo). Issues only; fencing is the caller's.
+    // d = A[64 x 128] * B[BLOCK_N x 128]^T over one 128-wide K block (d += ... with `accumulate`): kBlockK / K
+    // WGMMAs on the tiles whose descriptor low words are a_lo and b_lo (see kmajor_sw128_desc_lo). Issues only;
+    // fencing is the caller's.
     template <uint32_t kBlockK>
-    __device__ __forceinline__ static void mma_k_block(uint32_t a_lo, uint32_t b_lo, float* d) {
+    __device__ __forceinline__ static void mma_k_block(uint32_t a_lo, uint32_t b_lo, float* d,
+                                                       bool accumulate = false) {
         #pragma unroll
         for (uint32_t k = 0; k < kBlockK / K; ++k)
-            mma(kmajor_sw128_desc(a_lo + k * kKBytes / 16), kmajor_sw128_desc(b_lo + k * kKBytes / 16), d, k > 0);
+            mma(kmajor_sw128_desc(a_lo + k * kKBytes / 16), kmajor_sw128_desc(b_lo + k * kKBytes / 16), d,
+                accumulate or k > 0);
     }
 };
 
@@ -86,8 +89,8 @@ struct FP8WGMMA {
 //   kBlockK        elements of K per pipeline stage: one 128-byte row of a K-major, 128B-swizzled tile, which is what
 //                  the descriptors (kmajor_sw128_desc) and the TMA boxes describe;
 //   MMA<BLOCK_N>   its warpgroup MMA: M = 64 rows, K elements per instruction, kNumAccum FP32 accumulators per thread,
-//                  and mma_k_block<kBlockK>(a_lo, b_lo, acc) issuing one stage's instructions (the first one
-//                  overwrites acc).
+//                  and mma_k_block<kBlockK>(a_lo, b_lo, acc, accumulate) issuing one stage's instructions (the
+//                  first one overwrites acc unless `accumulate`).
 // FP8 e4m3 today. NOTES: a BF16 policy is 2-byte elements, kBlockK = 64 and wgmma .bf16 m64nNk16 (the same
 // descriptors: a K block is still one 128-byte row).
 struct FP8E4M3Operands {

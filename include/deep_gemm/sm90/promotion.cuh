@@ -39,6 +39,21 @@ struct CheckPromotion {
     static constexpr bool kOk = true;
 };
 
+// ---- No scales: the WGMMAs accumulate a tile's whole K (AccumulatingKLoop, mainloop.cuh) ----
+// The policy of operands that need no dequantisation (BF16), and of unscaled FP8 where the reduced-precision
+// accumulation over all of K is acceptable.
+struct NoPromotion {
+    static constexpr uint32_t kSmemBytes = 0;
+    static constexpr uint32_t kStageTxBytes = 0;
+    static constexpr uint32_t kNumGatherWarps = 0;
+    static constexpr bool kPromotes = false;
+
+    struct Producer {
+        __device__ __forceinline__ void load(const Tile&, uint32_t, uint32_t, const Barrier*) const {}
+        __device__ __forceinline__ void gather(const Tile&, uint32_t, uint32_t, uint32_t) const {}
+    };
+};
+
 // ---- FP8 with 1x128 LHS scales (SA) and 128x128 RHS scales (SB): fp8_gemm_1d2d.cuh ----
 
 // Whether a BLOCK_N-wide tile can span two 128-wide RHS scale blocks.
