@@ -141,7 +141,7 @@ constexpr uint32_t kAccum = AccumulatingKLoop<Shell, Promoting>::kNumAccum;
 @pytest.mark.parametrize("policy, message", [
     (OPERANDS_64_BYTES, "one 128-byte swizzle row"),
     (NO_PROMOTION_WITH_SCALES, "a policy without promotion has no scales"),
-    (UNALIGNED_SCALES, "keep the barriers aligned"),
+    (UNALIGNED_SCALES, "keep the barriers after it aligned"),
     (PROMOTING_POLICY_IN_AN_ACCUMULATING_LOOP, "a promoting policy needs a promoting K loop"),
 ], ids=["operands", "no-promotion-scales", "unaligned-scales", "k-loop"])
 def test_a_policy_breaking_its_requirements_fails_to_compile(policy, message):

@@ -2,7 +2,7 @@
 
 // The frame the sm90 FP8 kernels (fp8_gemm_1d2d.cuh, fp8_wgrad_1d1d.cuh) are composed in: a persistent,
 // warp-specialised CTA of one TMA producer warpgroup and one or two WGMMA math warpgroups around a ring of
-// shared-memory stages, each holding one 128-wide K block of A and B plus the kernel's scales.
+// shared-memory stages, each holding one K block of A and B (128 bytes per row) plus the promotion's scales.
 // The shell owns what the kernels do alike: the shared-memory layout, the warp roles and their register budgets,
 // barrier set-up and tear-down, the producer's loop, the WGMMA issue over a stage and the epilogue's hand-off of a
 // shared-memory D tile to TMA. A kernel is a composition of three policies and its own tile walk:
@@ -64,7 +64,7 @@ struct KernelShell {
     static constexpr uint32_t kNumMathThreads = num_math_threads<BLOCK_M>();
     static constexpr uint32_t kNumMathWGs = kNumMathThreads / 128;
     static constexpr uint32_t kNumSubTiles = BLOCK_M / (64 * kNumMathWGs);  // 64-row WGMMA tiles per math warpgroup
-    static constexpr uint32_t kStageK = Operands::kBlockK;                        // K elements per stage
+    static constexpr uint32_t kStageK = Operands::kBlockK;  // K elements per stage
     static constexpr uint32_t kRowBytes = Operands::kBlockK * Operands::kElementBytes;  // = 128 (CheckOperands)
     using WGMMA = typename Operands::template MMA<BLOCK_N>;
     static constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
@@ -96,8 +96,6 @@ struct KernelShell {
     DG_STATIC_ASSERT(kNumMulticast == 1 or kNumMulticast == 2, "TMA multicast is over 1 or 2 CTAs");
     DG_STATIC_ASSERT(kSmemDBytes % 1024 == 0 and kSmemABytes % 1024 == 0 and kSmemBBytes % 1024 == 0,
                      "A/B stage tiles must keep 1024-byte alignment for the 128B swizzle");
-    DG_STATIC_ASSERT(kNumGatherWarps <= 1, "at most one gather warp (the producer warpgroup's second)");
-    DG_STATIC_ASSERT(kSmemScaleBytes % sizeof(Barrier) == 0, "the barriers after the scales must stay aligned");
     DG_STATIC_ASSERT(kSmemSize == Config::kSmemSize,
                      "host and device disagree on the shared-memory size (the layout above, for kSmemSize)");
     DG_STATIC_ASSERT(kSmemSize <= kSmemBudget, "configuration exceeds the 232448-byte shared-memory budget");

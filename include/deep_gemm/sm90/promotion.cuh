@@ -31,7 +31,8 @@ constexpr uint32_t num_math_threads() {
 // The requirements above (instantiated by the shell).
 template <typename Promotion>
 struct CheckPromotion {
-    DG_STATIC_ASSERT(Promotion::kSmemBytes % 8 == 0, "the promotion's shared memory must keep the barriers aligned");
+    DG_STATIC_ASSERT(Promotion::kSmemBytes % sizeof(Barrier) == 0,
+                     "the promotion's shared memory must keep the barriers after it aligned");
     DG_STATIC_ASSERT(Promotion::kNumGatherWarps <= 1, "at most one gather warp (the producer warpgroup's second)");
     DG_STATIC_ASSERT(Promotion::kStageTxBytes % 16 == 0, "TMA loads move whole 16-byte units");
     DG_STATIC_ASSERT(Promotion::kPromotes or (Promotion::kSmemBytes == 0 and Promotion::kNumGatherWarps == 0),
