@@ -8,6 +8,7 @@
 // consecutive columns of one row, read 8 columns (one tcgen05.ld 32x32b.x8) at a time and written as 16-byte BF16
 // chunks straight to global memory.
 
+#include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
 #include <deep_gemm/sm100/mma.cuh>
 #include <deep_gemm/sm100/pipeline.cuh>
@@ -73,6 +74,46 @@ struct RowEpilogue {
                      :: "l"(dst), "r"(pack_bf16x2(v[0], v[1])), "r"(pack_bf16x2(v[2], v[3])),
                         "r"(pack_bf16x2(v[4], v[5])), "r"(pack_bf16x2(v[6], v[7]))
                      : "memory");
+    }
+};
+
+// One epilogue thread's row of a tile and where its chunks go: which rows are written (dense / contiguous up to m,
+// contiguous rows of another expert or padding as zeros; masked up to masked_m of the group, the rest of the group's
+// rows untouched) and the row's place in D (`d`, `d_row_stride` elements).
+template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t BLOCK_N>
+struct RowOutput {
+    static constexpr bool kContiguous = kGemmType == GemmType::MGroupedContiguous;
+    static constexpr bool kMasked = kGemmType == GemmType::MGroupedMasked;
+
+    bool write_row;
+    bool keep_row;
+    uint32_t col;       // the row's first column in D
+    uint8_t* row_ptr;   // D at (d_row, col)
+
+    __device__ __forceinline__ RowOutput(const Tile& tile, uint32_t tile_row, uint32_t d_row, uint32_t n_first,
+                                         uint32_t epi_col, uint32_t shape_m, const int32_t* grouped_layout,
+                                         uint8_t* d, uint32_t d_row_stride)
+        : keep_row(true), col(n_first + epi_col) {
+        if constexpr (kMasked) {
+            write_row = tile_row < tile.valid_rows;
+        } else {
+            write_row = d_row < shape_m;
+            if constexpr (kContiguous)
+                keep_row = write_row and not tile.skip and __ldg(grouped_layout + d_row) ==
+                                                            static_cast<int32_t>(tile.group);
+        }
+        row_ptr = d + (static_cast<uint64_t>(d_row) * d_row_stride + n_first + epi_col) * 2;
+    }
+
+    // Chunk `chunk` (8 columns) of the row's half: its values, or zeros in a row of another expert.
+    __device__ __forceinline__ void store(uint32_t chunk, const float* v) const {
+        if (write_row and col + chunk * 8 < SHAPE_N) {
+            float out[8];
+            #pragma unroll
+            for (uint32_t j = 0; j < 8; ++j)
+                out[j] = keep_row ? v[j] : 0.0f;
+            RowEpilogue<BLOCK_N>::store_chunk(row_ptr + chunk * 16, out);
+        }
     }
 };
 

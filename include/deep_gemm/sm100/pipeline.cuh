@@ -1,11 +1,13 @@
 #pragma once
 
-// The shared-memory stage ring of the sm100 kernels, between the TMA producer warp and the MMA warp, and the budgets
-// the host mirrors (deep_gemm/heuristics/sm100.py).
+// The pipelines of the sm100 kernels: the shared-memory stage ring between the TMA producer warp and the MMA warp,
+// the two tensor-memory accumulator buffers between the MMA warp and the epilogue warps, and the budgets the host
+// mirrors (deep_gemm/heuristics/sm100.py).
 
 #include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
+#include <deep_gemm/sm100/mma.cuh>
 
 namespace deep_gemm::sm100 {
 
@@ -58,5 +60,42 @@ __device__ __forceinline__ void tma_load_2d_pair(const TmaDescriptor* desc, uint
            "l"(cache_hint)
         : "memory");
 }
+
+// The two tensor-memory accumulator buffers: `full` (one MMA commit per hand-off) and `empty` (one arrival per
+// epilogue warp of the CTA, or of both CTAs of a pair, on the even CTA's barrier). The MMA warp and the epilogue
+// warps each count the hand-offs they have made: buffer iter % 2, in pass (iter / 2) over the two.
+template <bool kPairMma>
+struct AccumRing {
+    Barrier* full;   // [2]
+    Barrier* empty;  // [2]
+    uint32_t iter;
+
+    __device__ __forceinline__ uint32_t buffer() const { return iter % 2; }
+
+    // MMA warp: wait until the epilogue has read buffer() (a hand-off made once the MMAs are committed to `full`).
+    __device__ __forceinline__ void wait_empty() const {
+        empty[iter % 2].wait(((iter / 2) & 1) ^ 1);
+        tcgen05_after_thread_sync();
+    }
+
+    // Epilogue warps: wait until buffer() holds the MMAs' sums.
+    __device__ __forceinline__ void wait_full() const {
+        full[iter % 2].wait((iter / 2) & 1);
+        tcgen05_after_thread_sync();
+    }
+
+    // Epilogue warps: buffer() has been read (tcgen05.ld waited): hand it back to the MMA warp.
+    __device__ __forceinline__ void release(uint32_t lane_idx) {
+        tcgen05_before_thread_sync();
+        __syncwarp();
+        if (lane_idx == 0) {
+            if constexpr (kPairMma)
+                empty[iter % 2].arrive_cluster(0);
+            else
+                empty[iter % 2].arrive();
+        }
+        ++iter;
+    }
+};
 
 }  // namespace deep_gemm::sm100

@@ -16,6 +16,11 @@ __device__ __forceinline__ uint32_t swizzled_offset(uint32_t row, uint32_t col_b
     return atom * kAtomBytes + offset;
 }
 
+// Epilogue policies (the shell's `Epilogue`). A policy provides smem_d_bytes<kNumMathWGs>() (its shared-memory D
+// region, a multiple of 1024 bytes: the stages after it keep the 128B swizzle's alignment) and the kernel's writes
+// into it (write_warp: one warp's 16 rows of a 64-row WGMMA accumulator) and out of it (TMA stores / reductions).
+// NOTES: a requantising FP8-output epilogue is one more policy here (1-byte D, its scale written beside it).
+
 // BF16 epilogue: FP32 accumulators -> BF16 -> stmatrix into a swizzled shared-memory D tile -> TMA store.
 //
 // Shared-memory D tile for kSwizzleBytes = S > 0: BLOCK_N * 2 / S column "atoms", each [BLOCK_M rows][S bytes],
@@ -34,6 +39,12 @@ struct BF16Epilogue {
     static constexpr uint32_t kNumAtoms = BLOCK_N * 2 / kRowBytes;
     static constexpr uint32_t kAtomBytes = BLOCK_M * kRowBytes;
     static constexpr uint32_t kSmemBytes = BLOCK_M * BLOCK_N * 2;
+
+    // The shell's D region (KernelShell): the whole tile, written by every math warpgroup (each its own rows).
+    template <uint32_t kNumMathWGs>
+    static constexpr uint32_t smem_d_bytes() {
+        return align_up<uint32_t>(kSmemBytes, 1024);
+    }
 
     // Byte offset of the 16-byte chunk `chunk` (8 columns) of tile row `row`.
     __device__ __forceinline__ static uint32_t chunk_offset(uint32_t row, uint32_t chunk) {
@@ -122,6 +133,13 @@ struct FP32AccumulateEpilogue {
     static constexpr uint32_t kNumAtoms = BLOCK_N * 4 / kSwizzleBytes;
     static constexpr uint32_t kAtomBytes = 64 * kSwizzleBytes;
     static constexpr uint32_t kSmemBytes = 64 * BLOCK_N * 4;  // per 64-row accumulator
+
+    // The shell's D region (KernelShell): one 64-row tile per math warpgroup (a 256-row tile's second sub-tile reuses
+    // it once the first has been stored).
+    template <uint32_t kNumMathWGs>
+    static constexpr uint32_t smem_d_bytes() {
+        return align_up<uint32_t>(kNumMathWGs * kSmemBytes, 1024);
+    }
 
     // Write one warp's 16 x BLOCK_N slice (accumulator layout as in BF16Epilogue); `row0` = its first row.
     __device__ __forceinline__ static void write_warp(uint8_t* smem_d, const float* acc, uint32_t row0,

@@ -12,6 +12,8 @@
 #include <deep_gemm/common/utils.cuh>
 #include <deep_gemm/sm90/epilogue.cuh>
 #include <deep_gemm/sm90/kernel_shell.cuh>
+#include <deep_gemm/sm90/mainloop.cuh>
+#include <deep_gemm/sm90/promotion.cuh>
 
 #if defined(__CUDA_ARCH__) and not defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "deep_gemm: the sm90 kernels need the arch-specific target sm_90a (plain sm_90 has no WGMMA/setmaxnreg)"
@@ -35,12 +37,6 @@ constexpr uint32_t wgrad_max_groups() {
     return Config::kMaxGroups;
 }
 
-// Bytes of one stage's scale vector of `kRows` floats: a TMA destination must be 128-byte aligned.
-template <uint32_t kRows>
-constexpr uint32_t fp8_wgrad_scale_stage_bytes() {
-    return align_up<uint32_t>(kRows * 4, 128);
-}
-
 // Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_wgrad.py), asserted below.
 // The D buffer is one 64-row FP32 tile per math warpgroup (a 256-row tile's second sub-tile reuses it).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages>
@@ -62,30 +58,19 @@ fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Co
                          const uint32_t shape_m,
                          const uint32_t num_groups) {
 #if defined(__CUDA_ARCH__)
-    // ---- Compile-time shape ----
+    // ---- Compile-time shape and the composition: FP8 operands, per-128-K row x column promotion, FP32 accumulate ----
     constexpr uint32_t SHAPE_N = Config::SHAPE_N;
     constexpr uint32_t BLOCK_M = Config::BLOCK_M;
     constexpr uint32_t BLOCK_N = Config::BLOCK_N;
     constexpr uint32_t kNumStages = Config::kNumStages;
     constexpr uint32_t kMaxGroups = Config::kMaxGroups;
+    using Promotion = FP8RowColPromotion<Config>;
     using Epilogue = FP32AccumulateEpilogue<BLOCK_N, Config::kSwizzleDBytes>;
-
-    // ---- Shared memory: the shell's layout (kernel_shell.cuh), with SA and SB per stage as scales ----
-    constexpr uint32_t kSmemSAStride = fp8_wgrad_scale_stage_bytes<BLOCK_M>() / 4;  // floats per stage
-    constexpr uint32_t kSmemSBStride = fp8_wgrad_scale_stage_bytes<BLOCK_N>() / 4;
-    constexpr uint32_t kSmemDBytes = align_up<uint32_t>(num_math_threads<BLOCK_M>() / 128 * Epilogue::kSmemBytes, 1024);
-    using Shell = KernelShell<Config, kSmemDBytes, kNumStages * (kSmemSAStride + kSmemSBStride) * 4>;
-    using WGMMA = typename Shell::WGMMA;
-    constexpr uint32_t kNumMathThreads = Shell::kNumMathThreads;
-    constexpr uint32_t kNumMathWGs = Shell::kNumMathWGs;
+    using Shell = KernelShell<Config, FP8E4M3Operands, Promotion, Epilogue>;
+    using KLoop = RowColKLoop<Shell, Promotion>;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
     constexpr uint32_t kNumAccum = Shell::kNumAccum;
-    constexpr uint32_t kStageTxBytes = Shell::kSmemABytes + Shell::kSmemBBytes + BLOCK_M * 4 + BLOCK_N * 4;
-    // NOTES: shared memory bandwidth is the limit here, and every warp needs all BLOCK_N column scales of a K block
-    // (16 LDS.64 per warp at BLOCK_N = 128, ~25% on top of the WGMMA and TMA traffic of a 128x128 tile). Where the
-    // registers allow, they are read once per K block and kept for both sub-tiles of a 256-row tile; otherwise they
-    // are read chunk by chunk during each promotion.
-    constexpr bool kPreloadSB = (kNumSubTiles + 1) * kNumAccum + kNumAccum / 2 <= 200;
+    constexpr uint32_t kStageTxBytes = Shell::stage_tx_bytes(BLOCK_M);
 
     DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 16 and BLOCK_N <= 256,
                      "BLOCK_N must be a multiple of 8 in [16, 256]");
@@ -98,8 +83,6 @@ fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Co
 
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
-    float* smem_sa = reinterpret_cast<float*>(shell.smem_scales);  // [stages][BLOCK_M (+pad)]
-    float* smem_sb = smem_sa + kNumStages * kSmemSAStride;           // [stages][BLOCK_N (+pad)]
     shell.setup(&tensor_map_sa, &tensor_map_sb, &tensor_map_d);
     // NOTES: per-group tile counts are even, so a multicast pair never straddles two groups.
     using Scheduler = typename Shell::template Scheduler<GemmType::KGrouped, SHAPE_N>;
@@ -118,54 +101,22 @@ fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Co
             ops.peer_shares_b = true;
             return ops;
         };
-        auto load_scales = [&](const Tile& tile, uint32_t scale_row, uint32_t stage, const Barrier* bar) {
-            const auto row = static_cast<int32_t>(scale_row);
-            tma_load_2d(&tensor_map_sa, bar, smem_sa + stage * kSmemSAStride, static_cast<int32_t>(tile.row_base),
-                        row, Shell::kCacheHint);
-            tma_load_2d(&tensor_map_sb, bar, smem_sb + stage * kSmemSBStride,
-                        static_cast<int32_t>(tile.n_block * BLOCK_N), row, Shell::kCacheHint);
-        };
-        shell.template produce<kStageTxBytes>(make_scheduler, operands, load_scales);
+        const typename Promotion::Producer scales{&tensor_map_sa, &tensor_map_sb, Promotion::smem_sa(shell.smem_scales),
+                                                  Promotion::smem_sb(shell.smem_scales)};
+        shell.template produce<kStageTxBytes>(make_scheduler, operands, scales);
     } else {
         const auto wg = shell.math_warpgroup();
-        const uint32_t lane_col = (wg.lane_idx % 4) * 2;  // this thread's columns: 8c + lane_col + {0, 1}
-        // The 32-bit shared addresses of this thread's first SA / SB entries in stage 0.
-        const uint32_t sa_addr = smem_u32(smem_sa) + wg.thread_row() * 4;
-        const uint32_t sb_addr = smem_u32(smem_sb) + lane_col * 4;
+        const typename Promotion::Math promotion(shell.smem_scales, wg);
         uint8_t* wg_smem_d = shell.smem_d + wg.math_wg * Epilogue::kSmemBytes;
-
+        const typename KLoop::Turns turns{wg.math_wg};
         float partial[kNumAccum];
         float final_accum[kNumSubTiles][kNumAccum];
-
-        // final += partial * SA(row) * SB(column), for the 8-column chunk c with column scales (sb0, sb1).
-        auto promote_chunk = [&](float* final_acc, uint32_t c, float sa_lo, float sa_hi, float sb0, float sb1) {
-            final_acc[c * 4 + 0] += partial[c * 4 + 0] * (sa_lo * sb0);
-            final_acc[c * 4 + 1] += partial[c * 4 + 1] * (sa_lo * sb1);
-            final_acc[c * 4 + 2] += partial[c * 4 + 2] * (sa_hi * sb0);
-            final_acc[c * 4 + 3] += partial[c * 4 + 3] * (sa_hi * sb1);
-        };
-
-        // NOTES: the two math warpgroups take turns issuing their WGMMAs (named barriers 4 + wg), so that one
-        // promotes while the other's WGMMAs run instead of both promoting together, except with one 64-row
-        // sub-tile per warpgroup and preloaded column scales (128x152), whose promotion is short enough on its own.
-        // H200, uniform descriptors (benchmarks/NOTES.md, issue 14): turns +8% at 256x112 and equal at 128x192, but
-        // -16% at 128x152.
-        constexpr bool kOrderedIssue = kNumMathThreads == 256 and (kNumSubTiles > 1 or not kPreloadSB);
-        constexpr uint32_t kIssueBarrier = 4;
-        auto wait_issue_turn = [&]() {
-            if constexpr (kOrderedIssue)
-                named_barrier_sync<256>(kIssueBarrier + wg.math_wg);
-        };
-        auto pass_issue_turn = [&]() {
-            if constexpr (kOrderedIssue)
-                named_barrier_arrive<256>(kIssueBarrier + 1 - wg.math_wg);
-        };
-        if (wg.math_wg == 1)
-            pass_issue_turn();  // warpgroup 0 issues first
+        turns.start();
 
         auto scheduler = make_scheduler();
         Tile tile;
         typename Shell::Stages stages;
+        KLoop k_loop{shell, wg, promotion, turns, stages, partial, final_accum};
         while (scheduler.next(tile)) {
             const uint32_t num_k_blocks = groups.num_k_blocks[tile.group];
             if (num_k_blocks == 0)
@@ -176,50 +127,7 @@ fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Co
                 #pragma unroll
                 for (uint32_t i = 0; i < kNumAccum; ++i)
                     final_accum[s][i] = 0;
-
-            #pragma unroll 1
-            for (uint32_t k_block = 0; k_block < num_k_blocks; ++k_block) {
-                shell.ring.wait_full(stages);
-                const uint32_t sb_stage = sb_addr + stages.stage * kSmemSBStride * 4;
-                // Column scales of this thread, read once per K block for all sub-tiles (while the WGMMAs run).
-                float sb[kPreloadSB ? BLOCK_N / 4 : 1];
-                #pragma unroll
-                for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                    wait_issue_turn();
-                    wg.issue_mma(stages.stage, s, partial);
-                    pass_issue_turn();
-
-                    const uint32_t sa_stage = sa_addr + (stages.stage * kSmemSAStride + s * kNumMathWGs * WGMMA::M) * 4;
-                    const float sa_lo = ld_shared_f32(sa_stage);
-                    const float sa_hi = ld_shared_f32(sa_stage + 8 * 4);
-                    if constexpr (kPreloadSB) {
-                        if (s == 0) {
-                            #pragma unroll
-                            for (uint32_t c = 0; c < BLOCK_N / 8; ++c)
-                                ld_shared_v2_f32(sb_stage + c * 8 * 4, sb[c * 2], sb[c * 2 + 1]);
-                        }
-                    }
-                    wgmma_wait_group<0>();
-                    #pragma unroll
-                    for (uint32_t i = 0; i < kNumAccum; ++i)
-                        wgmma_fence_operand(partial[i]);
-                    if (kPreloadSB and s + 1 == kNumSubTiles)
-                        wg.release(stages.stage);
-                    #pragma unroll
-                    for (uint32_t c = 0; c < BLOCK_N / 8; ++c) {
-                        if constexpr (kPreloadSB) {
-                            promote_chunk(final_accum[s], c, sa_lo, sa_hi, sb[c * 2], sb[c * 2 + 1]);
-                        } else {
-                            float sb0, sb1;
-                            ld_shared_v2_f32(sb_stage + c * 8 * 4, sb0, sb1);
-                            promote_chunk(final_accum[s], c, sa_lo, sa_hi, sb0, sb1);
-                        }
-                    }
-                }
-                if constexpr (not kPreloadSB)
-                    wg.release(stages.stage);
-                stages.advance();
-            }
+            k_loop.run(num_k_blocks);
 
             // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> swizzled smem -> TMA reduce-add into D ----
             #pragma unroll
@@ -235,8 +143,7 @@ fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Co
             }
         }
         wg.finish();
-        if (wg.math_wg == 0)
-            wait_issue_turn();  // consume warpgroup 1's last pass (every arrival is matched before exit)
+        turns.finish();
     }
     Shell::teardown();
 #endif

@@ -60,7 +60,9 @@ struct FP8WGMMA {
     DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 8 and BLOCK_N <= 256,
                      "WGMMA N must be a multiple of 8 in [8, 256]");
     static constexpr uint32_t M = 64;
-    static constexpr uint32_t K = 32;
+    static constexpr uint32_t K = 32;                         // elements of K per instruction
+    static constexpr uint32_t kElementBytes = 1;
+    static constexpr uint32_t kKBytes = K * kElementBytes;     // bytes of K per instruction (descriptor step)
     static constexpr uint32_t kNumAccum = M * BLOCK_N / 128;  // FP32 accumulators per thread
 
     // d[kNumAccum] (+)= A[64 x 32] * B[BLOCK_N x 32]^T
@@ -68,14 +70,47 @@ struct FP8WGMMA {
         WGMMAE4M3<BLOCK_N>::mma(desc_a, desc_b, d, accumulate);
     }
 
-    // d = A[64 x 128] * B[BLOCK_N x 128]^T over one 128-wide K block: kBlockK / K WGMMAs on the tiles whose
-    // descriptor low words are a_lo and b_lo (see kmajor_sw128_desc_lo). Issues only; fencing is the caller's.
+    // d = A[64 x 128] * B[BLOCK_N x 128]^T over one 128-wide K block (d += ... with `accumulate`): kBlockK / K
+    // WGMMAs on the tiles whose descriptor low words are a_lo and b_lo (see kmajor_sw128_desc_lo). Issues only;
+    // fencing is the caller's.
     template <uint32_t kBlockK>
-    __device__ __forceinline__ static void mma_k_block(uint32_t a_lo, uint32_t b_lo, float* d) {
+    __device__ __forceinline__ static void mma_k_block(uint32_t a_lo, uint32_t b_lo, float* d,
+                                                       bool accumulate = false) {
         #pragma unroll
         for (uint32_t k = 0; k < kBlockK / K; ++k)
-            mma(kmajor_sw128_desc(a_lo + k * K / 16), kmajor_sw128_desc(b_lo + k * K / 16), d, k > 0);
+            mma(kmajor_sw128_desc(a_lo + k * kKBytes / 16), kmajor_sw128_desc(b_lo + k * kKBytes / 16), d,
+                accumulate or k > 0);
     }
+};
+
+// ---- Operand element policies (the shell's `Operands`) ----
+// What the shell needs of A's and B's element type. A policy provides
+//   kElementBytes  bytes per element;
+//   kBlockK        elements of K per pipeline stage: one 128-byte row of a K-major, 128B-swizzled tile, which is what
+//                  the descriptors (kmajor_sw128_desc) and the TMA boxes describe;
+//   MMA<BLOCK_N>   its warpgroup MMA: M = 64 rows, K elements per instruction, kNumAccum FP32 accumulators per thread,
+//                  and mma_k_block<kBlockK>(a_lo, b_lo, acc, accumulate) issuing one stage's instructions (the
+//                  first one overwrites acc unless `accumulate`).
+// FP8 e4m3 today. NOTES: a BF16 policy is 2-byte elements, kBlockK = 64 and wgmma .bf16 m64nNk16 (the same
+// descriptors: a K block is still one 128-byte row).
+struct FP8E4M3Operands {
+    static constexpr uint32_t kElementBytes = 1;
+    static constexpr uint32_t kBlockK = 128;
+    template <uint32_t BLOCK_N>
+    using MMA = FP8WGMMA<BLOCK_N>;
+};
+
+// The requirements above, checked for one tile width (instantiated by the shell).
+template <typename Operands, uint32_t BLOCK_N>
+struct CheckOperands {
+    using MMA = typename Operands::template MMA<BLOCK_N>;
+    DG_STATIC_ASSERT(Operands::kBlockK * Operands::kElementBytes == 128,
+                     "an operand K block must be one 128-byte swizzle row (kmajor_sw128_desc, the 128B TMA boxes)");
+    DG_STATIC_ASSERT(MMA::kElementBytes == Operands::kElementBytes, "the MMA must read the operands' element type");
+    DG_STATIC_ASSERT(MMA::M == 64, "a warpgroup MMA covers 64 rows (the math warpgroups' row split assumes it)");
+    DG_STATIC_ASSERT(Operands::kBlockK % MMA::K == 0, "a K block must be whole MMA instructions");
+    DG_STATIC_ASSERT(MMA::kNumAccum == MMA::M * BLOCK_N / 128, "an m64 x BLOCK_N FP32 accumulator per warpgroup");
+    static constexpr bool kOk = true;
 };
 
 }  // namespace deep_gemm::sm90
