@@ -221,3 +221,16 @@ def test_c_loader_is_a_leaf():
             assert node.level == 0 and not (node.module or "").startswith("deep_gemm"), ast.dump(node)
     assert _c_loader.load_c() is sys.modules["deep_gemm._C"]
     assert _c_loader._built_module(_c_loader.PACKAGE_DIR) is not None
+
+
+def test_public_callables_have_docstrings():
+    """help() on any public name says what it does (DeepGEMM's surface included: align, ceil_div, cublaslt_*)."""
+    import inspect
+    from deep_gemm import testing, utils
+    missing = []
+    for module in (deep_gemm, testing, utils):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj) and not inspect.getdoc(obj):
+                missing.append(f"{module.__name__}.{name}")
+    assert missing == []
