@@ -234,3 +234,61 @@ def test_public_callables_have_docstrings():
             if callable(obj) and not inspect.getdoc(obj):
                 missing.append(f"{module.__name__}.{name}")
     assert missing == []
+
+
+# ---------------------------------------------------------------- build record (setup.py -> deep_gemm/_build_info.py)
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load_setup(root):
+    """setup.py's module namespace with its ROOT/BUILD_INFO pointed at `root`, without running setup()."""
+    import ast
+    source = open(os.path.join(REPO_ROOT, "setup.py")).read()
+    tree = ast.parse(source)
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call))]
+    namespace = {"__file__": os.path.join(str(root), "setup.py")}
+    exec(compile(tree, "setup.py", "exec"), namespace)
+    return namespace
+
+
+
+def test_build_info_is_recorded_from_git_and_kept_without_it(tmp_path):
+    """In a checkout the build records HEAD and the dirty flag; built again without .git (as from an sdist) it keeps
+    the record it was shipped with, and with no record at all it still names the version."""
+    import subprocess
+    root = tmp_path / "src"
+    (root / "deep_gemm").mkdir(parents=True)
+    (root / "deep_gemm" / "_version.py").write_text('__version__ = "1.2.3"\n')
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    setup = _load_setup(root)
+    setup["write_build_info"]()
+    record = {}
+    exec(open(root / "deep_gemm" / "_build_info.py").read(), record)
+    assert record["BUILD_INFO"]["commit"] == head and record["BUILD_INFO"]["dirty"] is False
+    assert record["BUILD_INFO"]["version"] == "1.2.3"
+
+    import shutil
+    shutil.rmtree(root / ".git")
+    setup["write_build_info"]()  # an sdist build: the shipped record stays
+    kept = {}
+    exec(open(root / "deep_gemm" / "_build_info.py").read(), kept)
+    assert kept["BUILD_INFO"]["commit"] == head
+    (root / "deep_gemm" / "_build_info.py").unlink()
+    setup["write_build_info"]()
+    fresh = {}
+    exec(open(root / "deep_gemm" / "_build_info.py").read(), fresh)
+    assert fresh["BUILD_INFO"]["commit"] is None and fresh["BUILD_INFO"]["version"] == "1.2.3"
+
+
+def test_build_info_of_this_package():
+    info = deep_gemm.build_info()
+    assert set(info) == {"version", "commit", "dirty", "built_at"}
+    assert info["version"] == deep_gemm.__version__
+    assert "build_info" in deep_gemm.__all__
+    ignored = open(os.path.join(REPO_ROOT, ".gitignore")).read().split()
+    assert "deep_gemm/_build_info.py" in ignored
