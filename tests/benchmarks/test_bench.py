@@ -129,3 +129,19 @@ def test_first_call_rejects_bad_arguments_without_gpu():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.first_call", "--m", "0"], capture_output=True, text=True,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode == 2 and "--m and --tp must be positive" in proc.stderr
+
+
+def test_first_call_runs_as_a_script_from_outside_the_checkout(tmp_path):
+    """Run by path from another directory, first_call.py needs nothing of the checkout (it measures whatever
+    deep_gemm is installed): --help works, and without a GPU it says so and exits 2."""
+    script = os.path.join(REPO, "benchmarks", "first_call.py")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    help_ = subprocess.run([sys.executable, script, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert help_.returncode == 0 and "--json" in help_.stdout, help_.stderr
+    import torch
+    if not torch.cuda.is_available():
+        run = subprocess.run([sys.executable, script, "--json", str(tmp_path / "r.json")], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 2 and "needs a CUDA device" in run.stderr, run.stderr
+        assert not (tmp_path / "r.json").exists()
