@@ -12,7 +12,7 @@ import importlib.util
 import json
 import random
 
-from .bench import skewed_sizes
+from .bench import provenance, skewed_sizes
 
 # (groups, expected_m, n, k): DeepSeek-V3's two masked shapes (n x k = 4096 x 7168 and 7168 x 2048) at prefill-,
 # mid- and decode-sized loads.
@@ -57,7 +57,8 @@ def main():
     print(summary)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, summary=summary, flush=flush, gpu=sbs.gpu_state()), f, indent=1, default=str)
+            json.dump(dict(rows=rows, summary=summary, flush=flush, gpu=sbs.gpu_state(), provenance=provenance()),
+                      f, indent=1, default=str)
 
 
 if __name__ == "__main__":
