@@ -126,7 +126,7 @@ def _check_compile_args(args) -> None:
     if bool(args.n) != bool(args.k):
         given, missing = ("--n", "--k") if args.n else ("--k", "--n")
         raise ValueError(f"{missing}: needed with {given} (the explicit shapes are every --n x --k pair)")
-    if args.m and not args.n:
+    if args.m and not args.n and not args.shapes:
         raise ValueError("--n and --k: needed with --m (the explicit shapes are every --m x --n x --k triple)")
     if args.num_sms is not None:
         bound, what = _num_sms_bound(args.arch)

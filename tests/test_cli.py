@@ -134,7 +134,7 @@ def test_num_sms_is_bounded_by_the_arch_without_its_gpu(monkeypatch):
 
     def args(arch, num_sms):
         return argparse.Namespace(jobs=0, model=None, tp=None, max_tokens=None, training=False, n=[256], k=[128],
-                                  m=None, num_sms=num_sms, arch=arch, json=None)
+                                  m=None, shapes=None, num_sms=num_sms, arch=arch, json=None)
     for arch, bound in MAX_NUM_SMS.items():
         _check_compile_args(args(arch, bound))
         with pytest.raises(ValueError, match=f"--num-sms must be at most {bound} \\(the most SMs an {arch} GPU"):
