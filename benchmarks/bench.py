@@ -18,8 +18,9 @@ of a Python loop of one dense call per group (DeepGEMM's k-grouped implementatio
 
 Every run writes one JSON (default benchmarks/results/<date>_<commit>_<device>[_<tag>].json), rewritten after each
 case so that an interrupted run keeps what it measured, with the run's provenance: the measured deep_gemm's version,
-commit and dirty flag as recorded when it was built (deep_gemm.build_info(), wherever it is installed), device, driver, SM clock / power / temperature at the start and after each case (nvidia-smi), the versions of
-python, torch, CUDA, cuda-bindings, NVRTC and deep_gemm, and every DG_* variable in effect.
+commit and dirty flag as recorded when it was built (deep_gemm.build_info(), wherever it is installed), device,
+driver, SM clock / power / temperature at the start and after each case (nvidia-smi), the versions of python,
+torch, CUDA, cuda-bindings, NVRTC and deep_gemm, and every DG_* variable in effect.
 
 Usage: python benchmarks/bench.py [--suite dense ...] [--shapes MxNxK ...] [--json PATH | --tag TAG] [--plot PNG]
        (or python -m benchmarks.bench ...); --help works without a GPU. `--plot` needs matplotlib (the `bench`

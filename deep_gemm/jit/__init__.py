@@ -14,8 +14,8 @@ from .parallel import build_group, build_many
 from .paths import ToolchainError, include_dirs, project_include_dir
 from .runtime import CUDADriverError, LoadedKernel
 
-__all__ = ["CppName", "KernelSource", "build", "build_many", "build_group", "load", "stats", "CompileError", "CacheError",
-           "ToolchainError", "CUDADriverError", "include_dirs", "project_include_dir"]
+__all__ = ["CppName", "KernelSource", "build", "build_many", "build_group", "load", "stats", "CompileError",
+           "CacheError", "ToolchainError", "CUDADriverError", "include_dirs", "project_include_dir"]
 
 _loaded: Dict[Tuple[str, str], LoadedKernel] = {}
 _lock = threading.Lock()
