@@ -22,7 +22,9 @@ def load_c() -> ModuleType:
     try:
         return importlib.import_module(f"{PACKAGE}._C")
     except ImportError as e:
-        raise ImportError(diagnose(e, PACKAGE_DIR)) from e
+        # NOTES: `from None`: Python's own message for a missing submodule blames "a circular import", which is
+        # never the cause here; the diagnosis quotes the original error where it says something.
+        raise ImportError(diagnose(e, PACKAGE_DIR)) from None
 
 
 def _built_module(package_dir: str) -> Optional[str]:

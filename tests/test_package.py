@@ -166,6 +166,11 @@ def _copy_package(dest_root, with_c: bool = False) -> str:
 
 
 def _import_error(cwd, extra_path=None) -> str:
+    """The last line of what `import deep_gemm` prints in a child process started in `cwd`."""
+    return _import_stderr(cwd, extra_path).strip().splitlines()[-1]
+
+
+def _import_stderr(cwd, extra_path=None) -> str:
     import subprocess
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if extra_path:
@@ -176,7 +181,7 @@ def _import_error(cwd, extra_path=None) -> str:
             "import deep_gemm")
     r = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0, "importing a package without a loadable _C must fail"
-    return r.stderr.strip().splitlines()[-1]
+    return r.stderr
 
 
 def test_unbuilt_checkout_shadowing_an_install_says_so(tmp_path):
@@ -195,6 +200,7 @@ def test_unbuilt_checkout_shadowing_an_install_says_so(tmp_path):
     assert f"shadows the installed deep_gemm at {os.path.realpath(site / 'deep_gemm')}" in line, line
     assert "run from another directory" in line and "`pip install -e .`" in line, line
     assert "reinstall" not in line, line
+    assert "circular import" not in _import_stderr(checkout, str(site)), "the misleading original error is dropped"
 
 
 def test_broken_or_missing_c_outside_a_checkout(tmp_path):
