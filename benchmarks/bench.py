@@ -2,14 +2,14 @@
 
 Suites (--suite, default all): dense (gemm_fp8_fp8_bf16_nt, plus host overhead and compile time), contiguous and
 masked (the MoE grouped GEMMs), wgrad and k_grouped (weight gradients, FP32 accumulate).
-Method (../shared/ANCHORS.md): randn inputs quantised 1x128 (LHS) / 128x128 (RHS); kernel time from the torch
+Method (DeepGEMM's own benchmark method): randn inputs quantised 1x128 (LHS) / 128x128 (RHS); kernel time from the torch
 profiler, every call preceded by an 8 GB memset (L2 flush + cool-down); mean of --num-tests calls.
 TFLOPS = 2mnk / t; GB/s = (mk + nk + 2mn) / t. cuBLAS blockwise is skipped (n/a) when k % 128 != 0, where it
 returns wrong results on the test stack.
 Grouped: TFLOPS count valid rows only (m = rows of all experts without padding / the sum of masked_m); GB/s count
 every expert's weights once (G·n·k) plus valid rows of A and out. There is no grouped cuBLAS: the cuBLAS column is
 a dense _scaled_mm with the same m (valid rows), n and k, run on the same GPU in the same run, as a drift anchor;
-the DG column is DeepGEMM's best figure from ANCHORS.md (not measured here).
+the DG column is DeepGEMM's best figure recorded when the suite was set up (not measured here).
 Weight gradients: 1x128 scales on both operands (passed in the transposed, TMA-ready form), out FP32 randn and
 accumulated; GB/s = (mk + nk + 8mn) / t (out read and written in FP32). cuBLAS: _scaled_mm with 1x128 x 1x128 scales
 and no accumulate input, same run. k-grouped: k_i = base + U(-spread, spread) in steps of 16; TFLOPS = 2mn·sum(k_i)/t;
@@ -17,9 +17,10 @@ also the wall time per call (CUDA events over 20 back-to-back calls, host launch
 of a Python loop of one dense call per group (DeepGEMM's k-grouped implementation).
 
 Every run writes one JSON (default benchmarks/results/<date>_<commit>_<device>[_<tag>].json), rewritten after each
-case so that an interrupted run keeps what it measured, with the run's provenance: git commit and dirty flag,
-device, driver, SM clock / power / temperature at the start and after each case (nvidia-smi), the versions of
-python, torch, CUDA, cuda-bindings, NVRTC and deep_gemm, and every DG_* variable in effect.
+case so that an interrupted run keeps what it measured, with the run's provenance: the measured deep_gemm's version,
+commit and dirty flag as recorded when it was built (deep_gemm.build_info(), wherever it is installed), device,
+driver, SM clock / power / temperature at the start and after each case (nvidia-smi), the versions of python,
+torch, CUDA, cuda-bindings, NVRTC and deep_gemm, and every DG_* variable in effect.
 
 Usage: python benchmarks/bench.py [--suite dense ...] [--shapes MxNxK ...] [--json PATH | --tag TAG] [--plot PNG]
        (or python -m benchmarks.bench ...); --help works without a GPU. `--plot` needs matplotlib (the `bench`
@@ -108,7 +109,7 @@ def bench_shape(m, n, k, num_tests):
     return row
 
 
-# DeepGEMM's best TFLOPS in ANCHORS.md (DG-May or DG-v2), keyed by (groups, m per group, n, k).
+# DeepGEMM's best TFLOPS (its May-2025 release or v2, measured by the project), keyed by (groups, m per group, n, k).
 DG_CONTIGUOUS = {(4, 8192, 4096, 7168): 1397, (4, 8192, 7168, 2048): 1277, (8, 4096, 4096, 7168): 1351,
                  (8, 4096, 7168, 2048): 1331, (32, 256, 4096, 7168): 991, (32, 256, 7168, 2048): 921}
 # DeepGEMM v2.6.1 (the issue's reference for masked).
@@ -222,7 +223,7 @@ def run_grouped_suites(suites, num_tests, results):
 # ---------------------------------------------------------------- weight gradients (FP32 accumulate)
 
 WGRAD_MN = [(7168, 2112), (1536, 24576), (512, 32768), (16384, 7168), (7168, 4096), (2048, 7168)]
-# DeepGEMM's best TFLOPS in ANCHORS.md (DG-May or DG-v2), keyed by (m, n, k).
+# DeepGEMM's best TFLOPS (its May-2025 release or v2, measured by the project), keyed by (m, n, k).
 DG_WGRAD = {(7168, 2112, 4096): 955, (16384, 7168, 4096): 1010, (1536, 24576, 8192): 1066}
 # DG-May k-grouped wgrad (one launch per group): 926-1024 TFLOPS over 4-8 groups at these (m, n).
 DG_K_GROUPED = (926, 1024)
@@ -463,7 +464,7 @@ GPU_FIELDS = ("clocks.sm", "clocks.max.sm", "power.draw", "power.limit", "temper
 
 
 def _output(cmd) -> Optional[str]:
-    """stdout of `cmd` run in the checkout, or None where the tool is missing or fails (no git, no nvidia-smi)."""
+    """stdout of `cmd`, or None where the tool is missing or fails (no nvidia-smi)."""
     try:
         return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
@@ -500,12 +501,15 @@ def _nvrtc_version() -> Optional[str]:
 
 
 def provenance() -> dict:
-    """Where and with what a run measured: commit, device, driver, GPU state at the start, versions, DG_* env."""
+    """Where and with what a run measured: the package's build (commit, dirty), device, driver, GPU state at the
+    start, versions, DG_* env. The commit is the one the imported deep_gemm was built from (not the git repository
+    of the current directory or of this script, which may be another checkout)."""
     has_gpu = torch.cuda.is_available()
-    status = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    build = deep_gemm.build_info()
     return dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        commit=_output(["git", "rev-parse", "--short=10", "HEAD"]), dirty=None if status is None else bool(status),
+        commit=build["commit"][:10] if build["commit"] else None, dirty=build["dirty"], build=build,
+        package=os.path.dirname(os.path.abspath(deep_gemm.__file__)),
         device=torch.cuda.get_device_name() if has_gpu else None,
         sms=torch.cuda.get_device_properties(0).multi_processor_count if has_gpu else None,
         driver=_output(["nvidia-smi", f"--id={_smi_id()}", "--query-gpu=driver_version", "--format=csv,noheader"]),

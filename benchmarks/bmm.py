@@ -11,8 +11,8 @@ of every kernel its call launches (names recorded), memsets excepted: they canno
 launches a small one at large shapes, so torch.bmm's figure is, if anything, flattered). TB/s = bytes of x + xs +
 y + ys + out per second (the FP8 problem's traffic, same figure for every library); ratios > 1 mean ours is faster.
 
-The seed is third-party code and lives in a git-ignored folder (--seed-dir), written there by
-../shared/seeds/reconstruct_seed.py; its Triton kernels compile on first use, or come from a carried cache: point
+The seed is third-party code (FlagGems' BMM kernel), never committed: it lives in a git-ignored folder (--seed-dir,
+one module named SEED_MODULE); its Triton kernels compile on first use, or come from a carried cache: point
 TRITON_CACHE_DIR at it (default here: <seed-dir>/triton_cache when it exists and the variable is unset). Without
 an importable seed, ours and torch.bmm are measured alone.
 
@@ -64,7 +64,7 @@ def load_seed(seed_dir):
     """(module, None) or (None, why not)."""
     path = os.path.join(os.path.abspath(seed_dir), SEED_MODULE + ".py")
     if not os.path.isfile(path):
-        return None, f"no {path} (write it with ../shared/seeds/reconstruct_seed.py)"
+        return None, f"no {path} (the third-party seed is not in the repository: put it there)"
     try:
         spec = importlib.util.spec_from_file_location(SEED_MODULE, path)
         module = importlib.util.module_from_spec(spec)

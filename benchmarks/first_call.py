@@ -3,11 +3,16 @@ first time in a fresh process whose disk cache was filled by `deep_gemm.warmup` 
 Reports each first call's wall time (validation, kernel load, plan, launch, synchronised) and checks that nothing was
 compiled (`deep_gemm.jit.stats()`).
 
-Usage (GPU machine, after `python -m deep_gemm compile --model deepseek-v3 --tp 8` into the same DG_JIT_CACHE_DIR):
-    python -m benchmarks.first_call --model deepseek-v3 --tp 8 [--m 128] [--json OUT]
+Usage (GPU machine, after `python -m deep_gemm compile --model deepseek-v3 --tp 8` into the same DG_JIT_CACHE_DIR),
+from any directory (it imports only the installed deep_gemm, so run it outside the checkout to measure the install):
+    python /path/to/benchmarks/first_call.py --model deepseek-v3 --tp 8 [--m 128] [--json OUT]
+The JSON names the device, the deep_gemm build measured (deep_gemm.build_info()) and the cache directory.
 """
 import argparse
 import json
+import os
+import platform
+import statistics
 import sys
 import time
 
@@ -45,11 +50,19 @@ def main(argv=None) -> int:
         compiled = deep_gemm.jit.stats()["compiled"] - before
         rows.append(dict(m=args.m, n=n, k=k, first_call_ms=round(ms, 3), compiled=compiled))
         print(f"m={args.m} n={n} k={k}: first call {ms:.2f} ms, kernels compiled {compiled}")
-    print(f"{len(rows)} shapes; max first call {max(r['first_call_ms'] for r in rows):.2f} ms; "
-          f"compiled {sum(r['compiled'] for r in rows)}")
+    times = [r["first_call_ms"] for r in rows]
+    summary = dict(shapes=len(rows), max_ms=max(times), median_ms=statistics.median(times),
+                   compiled=sum(r["compiled"] for r in rows))
+    print(f"{len(rows)} shapes; first call max {summary['max_ms']:.2f} ms, median {summary['median_ms']:.2f} ms; "
+          f"compiled {summary['compiled']}")
     if args.json:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        result = dict(model=args.model, tp=args.tp, m=args.m, device=props.name, sms=props.multi_processor_count,
+                      deep_gemm=deep_gemm.build_info(), package=os.path.dirname(os.path.abspath(deep_gemm.__file__)),
+                      cache_dir=os.environ.get("DG_JIT_CACHE_DIR", os.path.expanduser("~/.deep_gemm")),
+                      torch=torch.__version__, python=platform.python_version(), summary=summary, rows=rows)
         with open(args.json, "w") as f:
-            json.dump(dict(model=args.model, tp=args.tp, rows=rows), f, indent=1)
+            json.dump(result, f, indent=1)
     return 1 if any(r["compiled"] for r in rows) else 0
 
 

@@ -3,7 +3,7 @@
 For each case the script times, in one process and on the same kind of inputs: our GEMM call, and a streaming
 kernel that reads as many bytes as the GEMM's inputs (A, B and scales) and writes as many as its output D, with
 nothing else to do (no MMA, no scales, no tiles: one program per 16-32 KB block, the best of three launch shapes).
-Both are timed the way bench.py / bmm.py / ../shared/peers time everything: kineto kernel time, an 8 GB memset
+Both are timed the way bench.py and bmm.py time everything: kineto kernel time, an 8 GB memset
 before every call ("write flush": it leaves L2 full of dirty lines, which the next kernel's reads must first
 write back to HBM), mean of --num-tests; and again after an 8 GB read instead ("read flush": L2 left clean), to
 show how much of a floor is the method's. A target asking for more effective TB/s than the floor kernel reaches

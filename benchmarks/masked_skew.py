@@ -1,8 +1,9 @@
 """Masked grouped GEMM under skewed per-expert loads, side by side with DeepGEMM (issue 14, target 4): expected_m far
 from the actual counts (a fifth of the experts empty, a tenth at 4x the mean, the rest 0.3-1.5x; bench.skewed_sizes).
 Both libraries get the same inputs and the same expected_m (DeepGEMM also with its test's 1.2x hint); timing,
-checks and the DeepGEMM peer come from the shared same-run harness (../shared/peers/sbs.py, bundled as
-.peer/scripts/sbs.py with `dg_peer` beside it; see peers/README.md). Runs on the device:
+checks and the DeepGEMM peer come from a same-run harness that wraps DeepGEMM (third-party glue, never committed:
+it lives in the git-ignored .peer/ folder as scripts/sbs.py with `dg_peer` beside it; --sbs names it). Runs on the
+device:
 
     python -m benchmarks.masked_skew --sbs .peer/scripts/sbs.py --json $OUT/masked_skew.json
 """
@@ -11,7 +12,7 @@ import importlib.util
 import json
 import random
 
-from .bench import skewed_sizes
+from .bench import provenance, skewed_sizes
 
 # (groups, expected_m, n, k): DeepSeek-V3's two masked shapes (n x k = 4096 x 7168 and 7168 x 2048) at prefill-,
 # mid- and decode-sized loads.
@@ -56,7 +57,8 @@ def main():
     print(summary)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, summary=summary, flush=flush, gpu=sbs.gpu_state()), f, indent=1, default=str)
+            json.dump(dict(rows=rows, summary=summary, flush=flush, gpu=sbs.gpu_state(), provenance=provenance()),
+                      f, indent=1, default=str)
 
 
 if __name__ == "__main__":

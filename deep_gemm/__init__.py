@@ -16,7 +16,7 @@ from .utils import (ceil_div, get_col_major_tma_aligned_tensor, get_mk_alignment
                     transform_sf_into_required_layout)
 from .warmup import warmup  # the function shadows the module: use `from deep_gemm.warmup import ...` for the rest
 
-from ._version import __version__
+from ._version import __version__, build_info
 
 # The GEMMs (May-2025 names first, then v2's) and the helpers users call.
 __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
@@ -27,4 +27,4 @@ __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", 
            "get_col_major_tma_aligned_tensor", "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout",
            "set_num_sms", "get_num_sms", "reset_num_sms", "ceil_div", "align", "get_tma_aligned_size",
            "get_launch_path", "set_compile_mode", "get_compile_mode", "warmup", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "calc_diff", "bench", "bench_kineto",
-           "jit", "testing", "utils"]
+           "build_info", "jit", "testing", "utils"]

@@ -221,14 +221,11 @@ def cmd_cache_clear(args) -> int:
 
 
 def cmd_cache_prune(args) -> int:
-    try:
-        if args.older_than is None and args.max_size is None:
-            raise ValueError("cache prune: give --older-than DAYS and/or --max-size SIZE")
-        older_than_s: Optional[float] = None if args.older_than is None else parse_days(args.older_than) * 86400
-        max_size: Optional[int] = None if args.max_size is None else parse_size(args.max_size)
-    except ValueError as e:
-        print(e, file=sys.stderr)
-        return 2
+    # A ValueError becomes one line with the program's prefix and exit status 2 (deep_gemm/__main__.py).
+    if args.older_than is None and args.max_size is None:
+        raise ValueError("give --older-than DAYS and/or --max-size SIZE")
+    older_than_s: Optional[float] = None if args.older_than is None else parse_days(args.older_than) * 86400
+    max_size: Optional[int] = None if args.max_size is None else parse_size(args.max_size)
     cache = _cache()
     return _remove(cache, prune_plan(cache.entries(), time.time(), older_than_s, max_size))
 

@@ -15,11 +15,9 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-try:
-    from . import _C
-except ImportError as e:  # pragma: no cover - a broken install
-    raise ImportError("deep_gemm._C, the C++ launch module, is missing or does not load; reinstall deep_gemm with a "
-                      f"C++17 compiler available (pip install . builds it): {e}") from e
+from ._c_loader import load_c
+
+_C = load_c()  # a missing or broken _C raises ImportError saying why (e.g. an unbuilt checkout shadowing the install)
 
 from .heuristics import common as heuristics_common
 from .jit.runtime import CUDADriverError

@@ -11,28 +11,71 @@ import torch
 from .utils.math import FP8_MAX, per_block_cast_to_fp8, per_channel_cast_to_fp8, per_token_cast_to_fp8  # noqa: F401
 
 __all__ = ["per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "dequant_per_token",
-           "dequant_per_block", "calc_diff", "count_bytes", "bench", "bench_kineto", "get_arch_major", "test_filter",
-           "ignore_env", "assert_bitwise_equal"]
+           "dequant_per_block", "calc_diff", "DiffAccumulator", "count_bytes", "bench", "bench_kineto",
+           "get_arch_major", "test_filter", "ignore_env", "assert_bitwise_equal"]
 
 
 def dequant_per_token(x: torch.Tensor, scale: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """x [m, k] (FP8) times its 1x128 per-token-group scales [m, ceil(k/128)], in `dtype`."""
     m, k = x.shape
     return (x.to(dtype) * scale.to(dtype).repeat_interleave(128, dim=1)[:, :k])
 
 
 def dequant_per_block(x: torch.Tensor, scale: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """x [n, k] (FP8) times its 128x128 per-block scales [ceil(n/128), ceil(k/128)], in `dtype`."""
     n, k = x.shape
     s = scale.to(dtype).repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)[:, :k]
     return x.to(dtype) * s
 
 
+# Elements per float64 block in calc_diff: four float64 temporaries of this size (2 GiB) at most, so the metric of
+# an output of several billion elements fits next to the output on an 80 GB card.
+CALC_DIFF_CHUNK_ELEMENTS = 1 << 26
+
+
+def _row_blocks(x: torch.Tensor, y: torch.Tensor, chunk_elements: int):
+    """Aligned blocks of whole rows (a row is the last dimension) of two same-shaped tensors, about `chunk_elements`
+    elements each; views where the leading dimensions merge, so only one block at a time is copied or upcast."""
+    if x.shape != y.shape:
+        raise ValueError(f"calc_diff: x and y must have the same shape, got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.numel() == 0:
+        return
+    cols = x.shape[-1] if x.dim() >= 2 else 1
+    x2, y2 = x.reshape(-1, cols), y.reshape(-1, cols)
+    step = max(1, chunk_elements // cols)
+    for start in range(0, x2.shape[0], step):
+        yield x2[start:start + step], y2[start:start + step]
+
+
+class DiffAccumulator:
+    """calc_diff of data that arrives in pieces: `add(x, y)` each aligned pair of same-shaped tensors, then `value()`
+    is calc_diff of their concatenation (so a masked selection or a derived tensor is measured without
+    materialising it whole). Sums are float64, block by block of at most `chunk_elements` elements."""
+
+    def __init__(self, chunk_elements: Optional[int] = None):
+        chunk_elements = CALC_DIFF_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
+        if not isinstance(chunk_elements, int) or chunk_elements < 1:
+            raise ValueError(f"chunk_elements must be a positive int, got {chunk_elements!r}")
+        self.chunk_elements = chunk_elements
+        self.dot = 0.0   # sum(x * y)
+        self.norm = 0.0  # sum(x^2 + y^2)
+
+    def add(self, x: torch.Tensor, y: torch.Tensor) -> "DiffAccumulator":
+        for xb, yb in _row_blocks(x, y, self.chunk_elements):
+            xb, yb = xb.double(), yb.double()
+            self.dot += float((xb * yb).sum())
+            self.norm += float((xb * xb + yb * yb).sum())
+        return self
+
+    def value(self) -> float:
+        return 0.0 if self.norm == 0 else 1 - 2 * self.dot / self.norm
+
+
 def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
-    """1 - 2 sum(xy) / sum(x^2 + y^2), in float64 (0 for identical tensors)."""
-    x, y = x.double(), y.double()
-    denominator = (x * x + y * y).sum()
-    if denominator == 0:
-        return 0.0
-    return float(1 - 2 * (x * y).sum() / denominator)
+    """1 - 2 sum(xy) / sum(x^2 + y^2), in float64 (0 for identical tensors). x and y have the same shape; the
+    float64 sums run over blocks of `CALC_DIFF_CHUNK_ELEMENTS` elements, so a large output needs no full-size
+    float64 copy (the result equals the one-block sum to float64 rounding)."""
+    return DiffAccumulator().add(x, y).value()
 
 
 def bench(fn: Callable[[], object], num_warmups: int = 5, num_tests: int = 30, flush_bytes: int = 256 << 20) -> float:
@@ -80,7 +123,7 @@ def bench_kineto(fn: Callable[[], object], kernel_names: Optional[Union[str, Ite
     name matching two distinct kernels is an AssertionError. The time is the sum of the matching kernels per call
     (DeepGEMM divides by the kernels' occurrences instead: the same when a call launches one matching kernel).
     With `flush_l2`, each call is preceded by a `flush_bytes` memset that flushes L2 and lets the GPU cool a little
-    (ANCHORS.md's method), not counted. `barrier`: called before each call (multi-process benchmarks).
+    (DeepGEMM's method), not counted. `barrier`: called before each call (multi-process benchmarks).
     `trace_path`: also write a Chrome trace there. `suppress_kineto_output`: silence the profiler's prints.
     With DG_USE_NVIDIA_TOOLS=1 (under compute-sanitizer / Nsight) nothing is profiled and 1 is returned per name.
     """
@@ -192,7 +235,7 @@ def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor, label: str = "") -> N
 def forced_config(config):
     """Context manager: calls inside the block run kernel configuration `config` (a
     `deep_gemm.heuristics.GemmConfig`) instead of the heuristic's pick; every cached plan is dropped on entry and
-    exit. For tests and tuning sweeps (tools/sweep*.py), not for production."""
+    exit. For tests and tuning sweeps (tools/tune.py), not for production."""
     from .runtime import forced_config as _forced
     return _forced(config)
 

@@ -9,6 +9,7 @@ has been idle for `leader_timeout_s`) they build whatever is still missing thems
 cache's per-kernel lock makes such a build wait for a compile the leader is running and then load its result, so
 every rank ends with every kernel cached and each kernel is compiled once on the node.
 """
+import functools
 import os
 import sys
 import threading
@@ -232,6 +233,17 @@ def _watch(todo: list, arch: str, progress: _Progress, stop: threading.Event, ba
         progress.update(base + len(todo) - len(missing(todo, arch)))
 
 
+def _mark_variant_groups(shapes: dict, num_sms: int, arch: str) -> None:
+    """Record each dense / contiguous (n, k) as complete (`jit.build_group`), so that its first call in a serving
+    process checks one marker instead of enumerating and hashing every variant (all built by now: nothing is
+    compiled here)."""
+    for family in ("dense", "contiguous"):
+        for item in shapes[family]:
+            kind, n, k, _, _ = _gemm_shape(family, item, None)
+            jit.build_group(gemm_1d2d.variants_group(n, k, num_sms, arch, kind),
+                            functools.partial(gemm_1d2d.runtime_kernels, n, k, num_sms, arch, kind), arch)
+
+
 def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (), psum: Iterable = (),
            wgrad: Iterable = (), k_grouped: Iterable = (), bmm: Iterable = (), *, model: Optional[MoEModel] = None,
            tp: int = 1, max_tokens: int = 4096, training: bool = False, families: Optional[Iterable[str]] = None,
@@ -324,6 +336,8 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
             except Exception as e:  # report every failure, keep building the others
                 failures.append(dict(kernel=s.instantiation(), error=f"{type(e).__name__}: {e}"))
             bar.update(bar.done + 1)
+        if not failures and ms is None and arch == "sm_90a":
+            _mark_variant_groups(shapes, num_sms, arch)
     finally:
         bar.close()
     compiled = jit.stats()["compiled"] - before["compiled"]

@@ -7,15 +7,20 @@ side; a check fails when the kernel wrote outside `out`, left a required element
 must not touch (masked rows, empty groups). Values are compared with the dequantised FP32 reference
 (calc_diff < 1e-5) and with the BF16 product (calc_diff < 1e-3, where the output has at least `BF16_MIN_ELEMENTS`
 elements: the BF16 check is a statistic over the FP8 rounding errors and means nothing for a handful of values).
+
+Memory: the suite must fit an 80 GB card next to the largest problems' inputs and outputs (masked G=256 x 4096 x
+7168 holds 7 GiB of FP8 B; the sweep's largest outputs have ~2e9 elements). So no helper materialises a full-size
+FP32/FP64 copy of a large operand or output: B is drawn, quantised and dequantised one group at a time (the
+references are built group by group), and checks walk the output in row blocks (`_row_blocks`, `DiffAccumulator`).
 """
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
 import deep_gemm
-from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
+from deep_gemm.testing import DiffAccumulator, dequant_per_block, dequant_per_token
 
 FP8 = torch.float8_e4m3fn
 BF16_MIN_ELEMENTS = 1024
@@ -86,19 +91,55 @@ class Guarded:
         return self.out.view(self.buf.dtype).clone()
 
 
-def _assert_close(out: torch.Tensor, ref: torch.Tensor, ref_bf16: Optional[torch.Tensor], what: str) -> None:
-    out = out.float()
-    assert bool(torch.isfinite(out).all()), f"{what}: NaN/Inf in the result (unwritten or overflowed)"
-    if out.numel() == 0:
+# Elements per block when a check walks an output: a few FP32 temporaries of this size (256 MiB each).
+CHECK_BLOCK_ELEMENTS = 1 << 26
+
+
+def _row_blocks(*tensors: Optional[torch.Tensor]) -> Iterator[Tuple[Optional[torch.Tensor], ...]]:
+    """Aligned blocks of whole rows (the last dimension is a row) of same-shaped tensors, about
+    `CHECK_BLOCK_ELEMENTS` elements each (None stays None); views wherever the leading dimensions merge."""
+    first = tensors[0]
+    if first.numel() == 0:
         return
-    if bool((ref == 0).all()):
-        assert bool((out == 0).all()), f"{what}: reference is all zeros but the result is not"
-        return
-    diff = calc_diff(out, ref)
+    cols = first.shape[-1] if first.dim() >= 2 else 1
+    flat = [None if t is None else t.reshape(-1, cols) for t in tensors]
+    step = max(1, CHECK_BLOCK_ELEMENTS // cols)
+    for start in range(0, flat[0].shape[0], step):
+        yield tuple(None if f is None else f[start:start + step] for f in flat)
+
+
+def _assert_close(pieces: Iterable[Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]],
+                  what: str) -> Tuple[float, float]:
+    """Check the result against its references, given as aligned (out, ref, ref_bf16 or None) pieces whose
+    concatenation is the whole comparison (one calc_diff over all of them, so a masked selection is checked without
+    copying it). Returns (max |out - ref|, max |ref|) for elementwise checks."""
+    exact, bf16 = DiffAccumulator(), DiffAccumulator()
+    elements, ref_nonzero, out_nonzero, has_bf16 = 0, False, False, False
+    max_err, max_ref = 0.0, 0.0
+    for piece in pieces:
+        for out, ref, ref_bf16 in _row_blocks(*piece):
+            out = out.float()
+            assert bool(torch.isfinite(out).all()), f"{what}: NaN/Inf in the result (unwritten or overflowed)"
+            elements += out.numel()
+            ref_nonzero = ref_nonzero or bool((ref != 0).any())
+            out_nonzero = out_nonzero or bool((out != 0).any())
+            max_err = max(max_err, float((out - ref).abs().max()))
+            max_ref = max(max_ref, float(ref.abs().max()))
+            exact.add(out, ref)
+            if ref_bf16 is not None:
+                has_bf16 = True
+                bf16.add(out, ref_bf16)
+    if elements == 0:
+        return max_err, max_ref
+    if not ref_nonzero:
+        assert not out_nonzero, f"{what}: reference is all zeros but the result is not"
+        return max_err, max_ref
+    diff = exact.value()
     assert diff < 1e-5, f"{what}: calc_diff vs dequantised FP32 = {diff:.3g}"
-    if ref_bf16 is not None and out.numel() >= BF16_MIN_ELEMENTS:
-        diff = calc_diff(out, ref_bf16)
+    if has_bf16 and elements >= BF16_MIN_ELEMENTS:
+        diff = bf16.value()
         assert diff < 1e-3, f"{what}: calc_diff vs BF16 = {diff:.3g}"
+    return max_err, max_ref
 
 
 # ---------------------------------------------------------------- cases
@@ -111,7 +152,7 @@ class Case:
     args: tuple
     guarded: Guarded
     checker: Callable[["Case"], None]
-    extra: Dict = field(default_factory=dict)
+    extra: Dict = field(default_factory=dict)  # "ref": the FP32 reference (masked: "counts", rows per group)
 
     @property
     def fn(self):
@@ -154,15 +195,30 @@ def quant_rows(rows: int, k: int, gen, device):
     return x8, s, dequant_per_token(x8, s), x
 
 
-def quant_blocks(groups: int, n: int, k: int, gen, device):
-    """B [G, n, k] e4m3 with 128x128 scales [G, ceil(n/128), ceil(k/128)], dequantised FP32, BF16 original."""
-    b = torch.randn((groups, n, k), device=device, generator=gen).to(torch.bfloat16)
+def quant_blocks_each(groups: int, n: int, k: int, gen, device,
+                      each: Callable[[int, torch.Tensor, torch.Tensor], None]):
+    """B [G, n, k] e4m3 with 128x128 scales [G, ceil(n/128), ceil(k/128)], drawn and quantised one group at a time;
+    `each(g, dequantised FP32 [n, k], BF16 original [n, k])` sees every group's reference operands, which are never
+    held for all groups at once (at G=256, n=4096, k=7168 they would be 28 GiB each)."""
     b8 = torch.empty((groups, n, k), device=device, dtype=FP8)
     sb = torch.empty((groups, (n + 127) // 128, (k + 127) // 128), device=device)
-    deq = torch.empty((groups, n, k), device=device)
     for g in range(groups):
-        b8[g], sb[g] = deep_gemm.per_block_cast_to_fp8(b[g])
-        deq[g] = dequant_per_block(b8[g], sb[g])
+        b = torch.randn((n, k), device=device, generator=gen).to(torch.bfloat16)
+        b8[g], sb[g] = deep_gemm.per_block_cast_to_fp8(b)
+        each(g, dequant_per_block(b8[g], sb[g]), b)
+    return b8, sb
+
+
+def quant_blocks(groups: int, n: int, k: int, gen, device):
+    """B [G, n, k] e4m3 with 128x128 scales, dequantised FP32 [G, n, k], BF16 original (same draws as
+    `quant_blocks_each`; for small problems: it holds every group's FP32 copy)."""
+    deq = torch.empty((groups, n, k), device=device)
+    b = torch.empty((groups, n, k), device=device, dtype=torch.bfloat16)
+
+    def keep(g: int, deq_g: torch.Tensor, b_g: torch.Tensor) -> None:
+        deq[g], b[g] = deq_g, b_g
+
+    b8, sb = quant_blocks_each(groups, n, k, gen, device, keep)
     return b8, sb, deq, b
 
 
@@ -194,10 +250,10 @@ def build_dense(p: dict, device, seed: int) -> Case:
     g = Guarded((m, n), torch.bfloat16, device)
 
     def checker(case: Case) -> None:
-        _assert_close(case.out, ref, ref_bf16, case.desc)
+        _assert_close([(case.out, ref, ref_bf16)], case.desc)
 
     return Case("gemm_fp8_fp8_bf16_nt", f"dense m={m} n={n} k={k}",
-                ((padded_rows(a8), sa), (padded_rows(b8), sb), g.out), g, checker)
+                ((padded_rows(a8), sa), (padded_rows(b8), sb), g.out), g, checker, dict(ref=ref))
 
 
 # ---- m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
@@ -228,14 +284,17 @@ def contiguous_inputs(sizes, n: int, k: int, gen, device, align: Optional[int] =
         start += pad
     m_indices = idx.to(device)
     a8, sa, a_deq, a = quant_rows(m, k, gen, device)
-    b8, sb, b_deq, b = quant_blocks(groups, n, k, gen, device)
     ref = torch.zeros((m, n), device=device)
     ref_bf16 = torch.zeros((m, n), device=device)
-    for e in range(groups):
-        rows = (m_indices == e).nonzero().squeeze(1)
-        if rows.numel():
-            ref[rows] = a_deq[rows] @ b_deq[e].t()
-            ref_bf16[rows] = a[rows].float() @ b[e].float().t()
+    starts = [sum(padded[:e]) for e in range(groups)]
+
+    def expert(e: int, b_deq: torch.Tensor, b: torch.Tensor) -> None:
+        rows = slice(starts[e], starts[e] + sizes[e])  # the expert's rows are one run, then its padding
+        if sizes[e]:
+            ref[rows] = a_deq[rows] @ b_deq.t()
+            ref_bf16[rows] = a[rows].float() @ b.float().t()
+
+    b8, sb = quant_blocks_each(groups, n, k, gen, device, expert)
     return (a8, sa), (b8, sb), m_indices, ref, ref_bf16
 
 
@@ -243,16 +302,16 @@ def build_contiguous(p: dict, device, seed: int) -> Case:
     sizes, n, k = p["sizes"], p["n"], p["k"]
     lhs, rhs, m_indices, ref, ref_bf16 = contiguous_inputs(sizes, n, k, _gen(device, seed), device)
     m = m_indices.numel()
-    valid = (m_indices >= 0).unsqueeze(1).expand(m, n)
+    valid_rows = m_indices >= 0
     g = Guarded((m, n), torch.bfloat16, device)
 
     def checker(case: Case) -> None:
         assert not bool(case.guarded.untouched().any()), f"{case.desc}: rows left unwritten"
-        assert bool((case.out.float() == 0).masked_select(~valid).all()), f"{case.desc}: padding rows not zero"
-        _assert_close(case.out, ref, ref_bf16, case.desc)
+        assert bool((case.out[~valid_rows] == 0).all()), f"{case.desc}: padding rows not zero"
+        _assert_close([(case.out, ref, ref_bf16)], case.desc)
 
     return Case("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", f"contiguous sizes={sizes} n={n} k={k}",
-                (lhs, rhs, g.out, m_indices), g, checker)
+                (lhs, rhs, g.out, m_indices), g, checker, dict(ref=ref))
 
 
 # ---- m_grouped_gemm_fp8_fp8_bf16_nt_masked
@@ -274,34 +333,50 @@ def sample_masked(rng: random.Random) -> dict:
     return dict(groups=groups, m_max=m_max, n=n, k=k, masked=masked, expected_m=expected_m)
 
 
+class BatchedRefs:
+    """FP32 and BF16 references [G, rows, n] of a batched A [G, rows, k] times each group's B^T, filled group by
+    group from `quant_blocks_each` (so the groups' FP32 B never coexist)."""
+
+    def __init__(self, a_deq: torch.Tensor, a_bf16: torch.Tensor, n: int):
+        groups, rows, _ = a_deq.shape
+        self.a_deq, self.a_bf16 = a_deq, a_bf16
+        self.ref = torch.empty((groups, rows, n), device=a_deq.device)
+        self.ref_bf16 = torch.empty((groups, rows, n), device=a_deq.device)
+
+    def fill(self, g: int, b_deq: torch.Tensor, b: torch.Tensor) -> None:
+        torch.matmul(self.a_deq[g], b_deq.t(), out=self.ref[g])
+        torch.matmul(self.a_bf16[g].float(), b.float().t(), out=self.ref_bf16[g])
+
+
 def masked_inputs(groups: int, m_max: int, n: int, k: int, gen, device):
     """(lhs [G, m_max, k], rhs, FP32 reference [G, m_max, n], BF16 reference) for every row (masking is the
     caller's)."""
     a8, sa, a_deq, a = quant_rows(groups * m_max, k, gen, device)
-    b8, sb, b_deq, b = quant_blocks(groups, n, k, gen, device)
-    ref = torch.bmm(a_deq.view(groups, m_max, k), b_deq.transpose(1, 2))
-    ref_bf16 = torch.bmm(a.float().view(groups, m_max, k), b.float().transpose(1, 2))
+    refs = BatchedRefs(a_deq.view(groups, m_max, k), a.view(groups, m_max, k), n)
+    b8, sb = quant_blocks_each(groups, n, k, gen, device, refs.fill)
     lhs = (a8.view(groups, m_max, k), sa.view(groups, m_max, -1))
-    return lhs, (b8, sb), ref, ref_bf16
+    return lhs, (b8, sb), refs.ref, refs.ref_bf16
 
 
 def build_masked(p: dict, device, seed: int) -> Case:
     groups, m_max, n, k = p["groups"], p["m_max"], p["n"], p["k"]
     lhs, rhs, ref, ref_bf16 = masked_inputs(groups, m_max, n, k, _gen(device, seed), device)
     masked_m = torch.tensor(p["masked"], dtype=torch.int32, device=device)
-    rows = torch.arange(m_max, device=device).view(1, m_max)
-    valid = rows < masked_m.clamp(0, m_max).view(groups, 1).long()
+    counts = [min(max(c, 0), m_max) for c in p["masked"]]
     g = Guarded((groups, m_max, n), torch.bfloat16, device)
 
     def checker(case: Case) -> None:
+        # Group by group: a [G, m_max, n] mask of the output would be as large as the output.
         untouched = case.guarded.untouched()
-        assert not bool(untouched[valid].any()), f"{case.desc}: rows < masked_m left unwritten"
-        assert bool(untouched[~valid].all()), f"{case.desc}: rows >= masked_m were written"
-        _assert_close(case.out[valid], ref[valid], ref_bf16[valid], case.desc)
+        for e, c in enumerate(counts):
+            assert not bool(untouched[e, :c].any()), f"{case.desc}: rows < masked_m left unwritten"
+            assert bool(untouched[e, c:].all()), f"{case.desc}: rows >= masked_m were written"
+        _assert_close(((case.out[e, :c], ref[e, :c], ref_bf16[e, :c]) for e, c in enumerate(counts) if c),
+                      case.desc)
 
     return Case("m_grouped_gemm_fp8_fp8_bf16_nt_masked",
                 f"masked G={groups} m_max={m_max} n={n} k={k} masked_m={p['masked'][:8]} expected_m={p['expected_m']}",
-                (lhs, rhs, g.out, masked_m, p["expected_m"]), g, checker)
+                (lhs, rhs, g.out, masked_m, p["expected_m"]), g, checker, dict(ref=ref, counts=counts))
 
 
 # ---- wgrad_gemm_fp8_fp8_fp32_nt
@@ -325,17 +400,24 @@ def sample_wgrad(rng: random.Random) -> dict:
                 sb_form=rng.choice(SCALE_FORMS))
 
 
-def _check_accumulated(case: Case, ref: torch.Tensor, ref_bf16: torch.Tensor, skip: Optional[torch.Tensor] = None):
+def _check_accumulated(case: Case, ref: torch.Tensor, ref_bf16: torch.Tensor, skip: Optional[List[bool]] = None):
+    """An FP32 accumulating GEMM: out - initial against the references, block by block (out, initial and the
+    references of the largest problems are each billions of elements). `skip[g]`: group g must be untouched."""
     out, initial = case.out, case.guarded.initial
-    added = out - initial
-    assert bool(torch.isfinite(out).all()), f"{case.desc}: NaN/Inf in the result"
     if skip is not None:
-        assert torch.equal(out[skip], initial[skip]), f"{case.desc}: an empty group was written"
-    _assert_close(added, ref, ref_bf16, case.desc)
+        for e, untouched in enumerate(skip):
+            if untouched:
+                assert torch.equal(out[e], initial[e]), f"{case.desc}: an empty group was written"
+
+    def added() -> Iterator[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        for o, i, r, rb in _row_blocks(out, initial, ref, ref_bf16):
+            assert bool(torch.isfinite(o).all()), f"{case.desc}: NaN/Inf in the result"
+            yield o - i, r, rb
+
+    max_err, max_ref = _assert_close(added(), case.desc)
     # Every element got exactly one contribution (a missing or doubled tile fails here even when calc_diff is small).
-    if ref.numel():
-        tol = 1e-3 * float(ref.abs().max()) + 1e-6
-        assert float((added - ref).abs().max()) <= tol, f"{case.desc}: elementwise error above {tol:.3g}"
+    tol = 1e-3 * max_ref + 1e-6
+    assert max_err <= tol, f"{case.desc}: elementwise error above {tol:.3g}"
 
 
 def build_wgrad(p: dict, device, seed: int) -> Case:
@@ -354,7 +436,7 @@ def build_wgrad(p: dict, device, seed: int) -> Case:
     lhs = (padded_rows(a8), _scale_form(sa, p["sa_form"]))
     rhs = (padded_rows(b8), _scale_form(sb, p["sb_form"]))
     return Case("wgrad_gemm_fp8_fp8_fp32_nt", f"wgrad m={m} n={n} k={k} SA {p['sa_form']} SB {p['sb_form']}",
-                (lhs, rhs, g.out), g, checker)
+                (lhs, rhs, g.out), g, checker, dict(ref=ref))
 
 
 # ---- k_grouped_wgrad_gemm_fp8_fp8_fp32_nt
@@ -369,11 +451,12 @@ def sample_k_grouped(rng: random.Random) -> dict:
 
 def k_grouped_inputs(m: int, n: int, ks, gen, device):
     """Flat A / B, stacked transposed scales, the FP32 reference [G, m, n] and the BF16 one (zeros for k_g = 0)."""
-    a_parts, b_parts, sa_parts, sb_parts, refs, refs_bf16 = [], [], [], [], [], []
-    for k in ks:
+    a_parts, b_parts, sa_parts, sb_parts = [], [], [], []
+    # Written in place: stacking a list of per-group references would hold them twice.
+    refs = torch.zeros((len(ks), m, n), device=device)
+    refs_bf16 = torch.zeros((len(ks), m, n), device=device)
+    for e, k in enumerate(ks):
         if k == 0:
-            refs.append(torch.zeros((m, n), device=device))
-            refs_bf16.append(torch.zeros((m, n), device=device))
             continue
         a8, sa, a_deq, a = quant_rows(m, k, gen, device)
         b8, sb, b_deq, b = quant_rows(n, k, gen, device)
@@ -381,21 +464,21 @@ def k_grouped_inputs(m: int, n: int, ks, gen, device):
         b_parts.append(b8.view(-1))
         sa_parts.append(sa.t())
         sb_parts.append(sb.t())
-        refs.append(a_deq @ b_deq.t())
-        refs_bf16.append(a.float() @ b.float().t())
+        torch.matmul(a_deq, b_deq.t(), out=refs[e])
+        torch.matmul(a.float(), b.float().t(), out=refs_bf16[e])
     empty8 = torch.empty(0, device=device, dtype=FP8)
     a_flat = torch.cat(a_parts) if a_parts else empty8
     b_flat = torch.cat(b_parts) if b_parts else empty8
     sa_t = torch.cat(sa_parts).contiguous() if sa_parts else torch.empty((0, m), device=device)
     sb_t = torch.cat(sb_parts).contiguous() if sb_parts else torch.empty((0, n), device=device)
-    return (a_flat, sa_t), (b_flat, sb_t), torch.stack(refs), torch.stack(refs_bf16)
+    return (a_flat, sa_t), (b_flat, sb_t), refs, refs_bf16
 
 
 def build_k_grouped(p: dict, device, seed: int) -> Case:
     m, n, ks = p["m"], p["n"], p["ks"]
     gen = _gen(device, seed)
     lhs, rhs, ref, ref_bf16 = k_grouped_inputs(m, n, ks, gen, device)
-    empty = torch.tensor([k == 0 for k in ks], device=device)
+    empty = [k == 0 for k in ks]
     g = Guarded((len(ks), m, n), torch.float32, device)
     g.set_initial(torch.randn((len(ks), m, n), device=device, generator=gen))
 
@@ -403,7 +486,7 @@ def build_k_grouped(p: dict, device, seed: int) -> Case:
         _check_accumulated(case, ref, ref_bf16, skip=empty)
 
     return Case("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", f"k_grouped m={m} n={n} ks={ks}",
-                (lhs, rhs, g.out, list(ks)), g, checker)
+                (lhs, rhs, g.out, list(ks)), g, checker, dict(ref=ref))
 
 
 # ---- bmm_fp8_fp8_bf16_nt
@@ -436,11 +519,10 @@ def bmm_inputs(batches: int, m: int, n: int, k: int, gen, device, sa_form: str =
     """(lhs (x [B, m, k], xs [B, m, kb] in `sa_form`), rhs (y [B, n, k], ys), FP32 reference [B, m, n], BF16
     reference)."""
     a8, sa, a_deq, a = quant_rows(batches * m, k, gen, device)
-    b8, sb, b_deq, b = quant_blocks(batches, n, k, gen, device)
-    ref = torch.bmm(a_deq.view(batches, m, k), b_deq.transpose(1, 2))
-    ref_bf16 = torch.bmm(a.float().view(batches, m, k), b.float().transpose(1, 2))
+    refs = BatchedRefs(a_deq.view(batches, m, k), a.view(batches, m, k), n)
+    b8, sb = quant_blocks_each(batches, n, k, gen, device, refs.fill)
     lhs = (a8.view(batches, m, k), bmm_scales(sa.view(batches, m, -1), sa_form))
-    return lhs, (b8, sb), ref, ref_bf16
+    return lhs, (b8, sb), refs.ref, refs.ref_bf16
 
 
 def build_bmm(p: dict, device, seed: int) -> Case:
@@ -451,10 +533,10 @@ def build_bmm(p: dict, device, seed: int) -> Case:
     def checker(case: Case) -> None:
         assert not bool(case.guarded.untouched().any()), f"{case.desc}: elements left unwritten"
         for b in range(batches):  # every batch on its own: a batch mapped to another's rows must not hide
-            _assert_close(case.out[b], ref[b], ref_bf16[b], f"{case.desc} batch {b}")
+            _assert_close([(case.out[b], ref[b], ref_bf16[b])], f"{case.desc} batch {b}")
 
     return Case("bmm_fp8_fp8_bf16_nt", f"bmm B={batches} m={m} n={n} k={k} xs={p.get('sa_form', 'rows')}",
-                (lhs, rhs, g.out), g, checker)
+                (lhs, rhs, g.out), g, checker, dict(ref=ref))
 
 
 # ---------------------------------------------------------------- registry

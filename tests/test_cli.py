@@ -104,6 +104,15 @@ def test_version(capsys):
     (["compile", "--only-m", "--n", "256", "--k", "128"], "--only-m"),
     (["compile"], "nothing to compile"),
     ([], "required"),
+    (["compile", "--json", "/nonexistent/dir/x.json", "--n", "256", "--k", "128"], "--json /nonexistent/dir/x.json"),
+    (["compile", "--json", "/", "--n", "256", "--k", "128"], "--json /: is a directory"),
+    (["compile", "--n", "256", "--k", "128", "--tp", "8"], "--tp describes a --model deployment"),
+    (["compile", "--n", "256", "--k", "128", "--max-tokens", "64"], "--max-tokens describes a --model"),
+    (["compile", "--n", "256", "--k", "128", "--training"], "--training describes a --model"),
+    (["compile", "--num-sms", "1000", "--n", "256", "--k", "128"], "--num-sms must be at most"),
+    (["compile", "--n", "7168"], "--k: needed with --n"),
+    (["compile", "--k", "7168"], "--n: needed with --k"),
+    (["compile", "--m", "64"], "--n and --k: needed with --m"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, names_arg, capsys, cache_dir):
     try:
@@ -114,6 +123,59 @@ def test_bad_arguments_exit_2_with_one_line(args, names_arg, capsys, cache_dir):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and names_arg in err, err
     assert entries(cache_dir) == set()
+
+
+def test_num_sms_is_bounded_by_the_arch_without_its_gpu(monkeypatch):
+    """Without a GPU of the target arch the bound is the arch's full die (documented in --help)."""
+    import argparse
+    import torch
+    from deep_gemm.__main__ import MAX_NUM_SMS, _check_compile_args
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def args(arch, num_sms):
+        return argparse.Namespace(jobs=0, model=None, tp=None, max_tokens=None, training=False, n=[256], k=[128],
+                                  m=None, shapes=None, num_sms=num_sms, arch=arch, json=None)
+    for arch, bound in MAX_NUM_SMS.items():
+        _check_compile_args(args(arch, bound))
+        with pytest.raises(ValueError, match=f"--num-sms must be at most {bound} \\(the most SMs an {arch} GPU"):
+            _check_compile_args(args(arch, bound + 1))
+    assert MAX_NUM_SMS == {"sm_90a": 144, "sm_100a": 160}
+    assert "sm_90a 144, sm_100a 160" in " ".join(_help_of("compile").split())
+
+
+def _help_of(*argv) -> str:
+    from deep_gemm.__main__ import build_parser
+    parser = build_parser()
+    for name in argv:
+        parser = next(a for a in parser._actions if a.dest in ("cmd", "cache_cmd")).choices[name]
+    return parser.format_help()
+
+
+def test_every_option_has_help():
+    """Every option of every subcommand says what it is (hidden compatibility options excepted)."""
+    import argparse
+    from deep_gemm.__main__ import build_parser
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif action.option_strings and not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{path} {action.option_strings[0]}")
+    walk(build_parser(), "python -m deep_gemm")
+    assert missing == []
+    assert "sm_90a (Hopper" in _help_of("compile")
+
+
+def test_summary_line_counts_kernels_in_the_right_number():
+    from deep_gemm.__main__ import summary_line
+    summary = dict(kernels=1, by_family={"dense": 1}, compiled=0, cached=1, waited=0, failures=[], seconds=0.01,
+                   num_sms=132, cache_dir="/c")
+    assert summary_line(summary).startswith("1 kernel (dense 1): 0 compiled, 1 cached")
+    summary.update(kernels=2, by_family={"dense": 2})
+    assert summary_line(summary).startswith("2 kernels (dense 2)")
 
 
 def test_bad_shapes_line_names_file_and_line(tmp_path, capsys):

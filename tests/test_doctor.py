@@ -98,14 +98,15 @@ def test_cache_prune_by_age_then_size(cache, capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    ([], "cache prune: give --older-than DAYS and/or --max-size SIZE"),
+    ([], "give --older-than DAYS and/or --max-size SIZE"),
     (["--older-than", "-1"], "--older-than: expected a number of days >= 0, got '-1'"),
     (["--older-than", "nan"], "--older-than: expected a number of days >= 0, got 'nan'"),
     (["--max-size", "12Q"], "--max-size: expected a size such as 4096, 500M or 2G, got '12Q'"),
 ])
 def test_cache_prune_bad_arguments(cache, capsys, argv, message):
-    assert run(["cache", "prune", *argv]) == 2
-    assert capsys.readouterr().err == message + "\n"
+    from deep_gemm.__main__ import main
+    assert main(["cache", "prune", *argv]) == 2
+    assert capsys.readouterr().err == f"python -m deep_gemm cache prune: error: {message}\n"
     assert len(cache.entries()) == 3
 
 

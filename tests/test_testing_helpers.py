@@ -114,3 +114,47 @@ def test_calc_diff_uses_float64():
     a = y[0].item()
     expected = (a - 1) ** 2 / (1 + a * a)
     assert calc_diff(x, y) == pytest.approx(expected, rel=1e-6)
+
+
+def _unchunked_calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    """The metric's definition in one float64 pass (what calc_diff computed before it worked in blocks)."""
+    x, y = x.double(), y.double()
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
+@pytest.mark.parametrize("shape", [(3, 37, 129), (1000,), (257, 3), (2, 5000)])
+def test_calc_diff_in_blocks_equals_one_pass(monkeypatch, shape):
+    """A problem forced into many blocks (down to one element, and blocks that cut rows' lists unevenly) gives the
+    one-pass value to float64 rounding; a non-contiguous view (an output inside a guard band) too."""
+    import deep_gemm.testing as testing
+    g = torch.Generator().manual_seed(len(shape))
+    wide = torch.randn((*shape[:-1], shape[-1] + 8), generator=g)
+    x = wide[..., 3:3 + shape[-1]]  # strided, as Guarded outputs are
+    y = (x + 1e-3 * torch.randn(shape, generator=g)).to(torch.bfloat16)
+    expected = _unchunked_calc_diff(x, y)
+    assert expected > 1e-8
+    for chunk in (1, 7, 1 << 10, 1 << 30):
+        monkeypatch.setattr(testing, "CALC_DIFF_CHUNK_ELEMENTS", chunk)
+        assert calc_diff(x, y) == pytest.approx(expected, rel=1e-12, abs=1e-15), chunk
+        blocks = len(list(testing._row_blocks(x, y, chunk)))
+        rows = x.numel() // (shape[-1] if len(shape) > 1 else 1)
+        assert blocks == -(-rows // max(1, chunk // (shape[-1] if len(shape) > 1 else 1))), chunk
+
+
+def test_diff_accumulator_equals_calc_diff_of_the_concatenation():
+    from deep_gemm.testing import DiffAccumulator
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(50, 64, generator=g), torch.randn(50, 64, generator=g)
+    acc = DiffAccumulator(chunk_elements=100)
+    for a, b in ((x[:7], y[:7]), (x[7:30], y[7:30]), (x[30:0], y[30:0]), (x[30:], y[30:])):
+        acc.add(a, b)
+    assert acc.value() == pytest.approx(_unchunked_calc_diff(x, y), rel=1e-12)
+    assert DiffAccumulator().value() == 0.0
+
+
+def test_calc_diff_rejects_mismatched_shapes_and_bad_chunks():
+    from deep_gemm.testing import DiffAccumulator
+    with pytest.raises(ValueError, match="same shape"):
+        calc_diff(torch.zeros(4, 3), torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="chunk_elements"):
+        DiffAccumulator(chunk_elements=0)

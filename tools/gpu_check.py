@@ -1,4 +1,4 @@
-"""The GPU check of a checkout (GPU machine, from the repo root after `source tools/h200_env.sh`): the GPU tests
+"""The GPU check of a checkout (GPU machine, from the repo root after `source tools/use_checkout.sh`): the GPU tests
 with each compiler (after an ahead-of-time compile of the benchmark's shapes), compute-sanitizer over every kernel
 family, and the benchmark. Logs go to OUTDIR; one summary line per step is printed; exit status 1 if any failed.
 

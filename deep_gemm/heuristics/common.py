@@ -5,10 +5,12 @@ from typing import Optional
 
 
 def ceil_div(a: int, b: int) -> int:
+    """a / b rounded up, for non-negative a and positive b (e.g. the 128-wide K blocks of k elements)."""
     return (a + b - 1) // b
 
 
 def align(a: int, b: int) -> int:
+    """a rounded up to a multiple of b (positive b), e.g. a row count padded to the block size."""
     return ceil_div(a, b) * b
 
 

@@ -10,12 +10,12 @@ from . import counters
 from .cache import CacheError, KernelCache, cache_key, get_or_build
 from .codegen import CppName, KernelSource
 from .compiler import CompileError, check_ptxas_report, compile_options, get_compiler
-from .parallel import build_many
+from .parallel import build_group, build_many
 from .paths import ToolchainError, include_dirs, project_include_dir
 from .runtime import CUDADriverError, LoadedKernel
 
-__all__ = ["CppName", "KernelSource", "build", "build_many", "load", "stats", "CompileError", "CacheError",
-           "ToolchainError", "CUDADriverError", "include_dirs", "project_include_dir"]
+__all__ = ["CppName", "KernelSource", "build", "build_many", "build_group", "load", "stats", "CompileError",
+           "CacheError", "ToolchainError", "CUDADriverError", "include_dirs", "project_include_dir"]
 
 _loaded: Dict[Tuple[str, str], LoadedKernel] = {}
 _lock = threading.Lock()

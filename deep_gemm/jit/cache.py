@@ -74,13 +74,20 @@ def _headers_digest_cached():
 _HEADERS: dict = {}
 
 
-def cache_key(code: str, compiler_identity: str, flags, arch: str) -> str:
+def headers_digest() -> str:
+    """The digest of every project header as it is now (re-hashed when a header's mtime changes)."""
+    return _headers_digest_cached()
+
+
+def cache_key(code: str, compiler_identity: str, flags, arch: str, headers: Optional[str] = None) -> str:
+    """The key of a kernel's cache entry. `headers`: `headers_digest()` when the caller already has it (a batch of
+    keys checks the headers once instead of once per key)."""
     h = hashlib.sha256()
     # NOTES: include dirs differ between machines; hash what they hold instead (the project headers' contents, the
     # only headers the kernels include), so a cache filled ahead of time on a CPU-only machine hits on the GPU machine.
     stable_flags = [f for f in flags if not f.startswith("-I")]
-    for part in (f"format={_FORMAT}", code, _headers_digest_cached(), compiler_identity, " ".join(stable_flags),
-                 arch):
+    headers = _headers_digest_cached() if headers is None else headers
+    for part in (f"format={_FORMAT}", code, headers, compiler_identity, " ".join(stable_flags), arch):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:32]
 

@@ -1,7 +1,7 @@
 """SASS of a compiled kernel: disassemble a cubin with cuobjdump and measure its main (K) loop. Pure Python, no GPU.
 
 The main loop is the innermost natural loop whose body holds warpgroup MMAs (FP8 wgmma disassembles to `QGMMA`);
-its cost is counted per K block of one math warp's instruction stream, as in shared/PERF_GAP.md §3:
+its cost is counted per K block of one math warp's instruction stream:
 instructions in the body / K blocks the (unrolled) body covers, K blocks = MMAs / (MMAs per K block per warp).
 Used by tests/jit/test_codegen_budget.py and by hand:
 

@@ -323,14 +323,17 @@ def cublaslt_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optio
 
 
 def cublaslt_gemm_nn(a, b, d, c=None) -> None:
+    """d = a @ b (+ c), b given [k, n]: `cublaslt_gemm_nt` on b's transposed view."""
     cublaslt_gemm_nt(a, b.t(), d, c)
 
 
 def cublaslt_gemm_tn(a, b, d, c=None) -> None:
+    """d = a^T @ b (+ c), a given [k, m] and b [k, n]: `cublaslt_gemm_nt` on both transposed views."""
     cublaslt_gemm_nt(a.t(), b.t(), d, c)
 
 
 def cublaslt_gemm_tt(a, b, d, c=None) -> None:
+    """d = a^T @ b^T (+ c), a given [k, m] and b [n, k]: `cublaslt_gemm_nt` on a's transposed view."""
     cublaslt_gemm_nt(a.t(), b, d, c)
 
 

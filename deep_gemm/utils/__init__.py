@@ -13,11 +13,14 @@ _num_sms_cap: Optional[int] = None
 
 @functools.lru_cache(maxsize=None)
 def device_num_sms(device_index: int) -> int:
+    """The SM count of CUDA device `device_index` (ignores the `set_num_sms` cap; see `get_num_sms`)."""
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 @functools.lru_cache(maxsize=None)
 def get_device_arch(device_index: int) -> str:
+    """The kernel arch string of CUDA device `device_index`: "sm_90a", "sm_100a", else "sm_<major><minor>" (no
+    kernels)."""
     major, minor = torch.cuda.get_device_capability(device_index)
     if (major, minor) == (9, 0):
         return "sm_90a"

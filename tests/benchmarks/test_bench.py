@@ -34,6 +34,21 @@ def test_provenance_records_commit_versions_and_dg_env(monkeypatch):
     assert isinstance(prov["gpu_start"], dict) and prov["date"][4] == "-"
 
 
+def test_provenance_is_the_packages_build_not_the_current_directory(monkeypatch, tmp_path):
+    """The commit comes from deep_gemm.build_info() (set when the package was built), whatever git repository the
+    current directory belongs to."""
+    build = dict(version="9.9.9", commit="0123456789abcdef0123456789abcdef01234567", dirty=False,
+                 built_at="2026-11-26T10:00:00+00:00")
+    monkeypatch.setattr(bench.deep_gemm, "build_info", lambda: dict(build))
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.chdir(tmp_path)
+    prov = bench.provenance()
+    assert (prov["commit"], prov["dirty"], prov["build"]) == ("0123456789", False, build)
+    assert prov["package"] == os.path.dirname(os.path.abspath(bench.deep_gemm.__file__))
+    monkeypatch.setattr(bench.deep_gemm, "build_info", lambda: dict(build, commit=None, dirty=None))
+    assert (bench.provenance()["commit"], bench.provenance()["dirty"]) == (None, None)
+
+
 def test_default_result_path_names_date_commit_device():
     prov = dict(date="2026-11-26T10:00:00+00:00", commit="abc1234", dirty=False, device="NVIDIA H200")
     assert bench.default_result_path(prov) == os.path.join(bench.RESULTS_DIR, "2026-11-26_abc1234_h200.json")
@@ -114,3 +129,19 @@ def test_first_call_rejects_bad_arguments_without_gpu():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.first_call", "--m", "0"], capture_output=True, text=True,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode == 2 and "--m and --tp must be positive" in proc.stderr
+
+
+def test_first_call_runs_as_a_script_from_outside_the_checkout(tmp_path):
+    """Run by path from another directory, first_call.py needs nothing of the checkout (it measures whatever
+    deep_gemm is installed): --help works, and without a GPU it says so and exits 2."""
+    script = os.path.join(REPO, "benchmarks", "first_call.py")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    help_ = subprocess.run([sys.executable, script, "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert help_.returncode == 0 and "--json" in help_.stdout, help_.stderr
+    import torch
+    if not torch.cuda.is_available():
+        run = subprocess.run([sys.executable, script, "--json", str(tmp_path / "r.json")], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 2 and "needs a CUDA device" in run.stderr, run.stderr
+        assert not (tmp_path / "r.json").exists()

@@ -497,3 +497,101 @@ def test_prune_plan(older_than, max_size, removed):
     now = 10 * 86400
     entries = [entry("a", 100, now - 60), entry("b", 200, now - 86400), entry("c", 300, now - 3 * 86400)]
     assert [e.name for e in prune_plan(entries, now, older_than, max_size)] == removed
+
+
+# ---------------------------------------------------------------- complete groups (jit.build_group)
+
+def _fake_build_many(calls):
+    """build_many without a compiler: publishes a fake cubin for every missing source (counts the calls)."""
+    from deep_gemm.jit import parallel
+
+    def fake(sources, arch, jobs=0):
+        calls.append(len(sources))
+        todo = parallel.missing(sources, arch)
+        cache = KernelCache(read_env().jit_cache_dir)
+        for s in todo:
+            cache.store(s.name, build_key(s), b"\x7fELF" + s.name.encode(), s.code(), dict(kernel=s.instantiation()))
+        return len(todo)
+    return fake
+
+
+def _variant_sources():
+    from deep_gemm.launchers.sm90_fp8_gemm_1d2d import runtime_kernels
+    return runtime_kernels(256, 128, 132, ARCH)
+
+
+def test_build_group_marker_skips_enumeration_until_an_entry_is_gone(tmp_path, monkeypatch):
+    """The first call enumerates and builds, then writes the marker; later calls (any process) only stat the listed
+    entries, never enumerate; an entry removed (pruned, cleared) brings the enumeration and the build back."""
+    from deep_gemm.jit import parallel
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    calls, enumerations = [], []
+    monkeypatch.setattr(parallel, "build_many", _fake_build_many(calls))
+
+    def make():
+        enumerations.append(1)
+        return _variant_sources()
+    group = ("test", 256, 128, 132)
+    variants = len(_variant_sources())
+    assert variants > 1
+    assert parallel.build_group(group, make, ARCH) == variants and len(enumerations) == 1
+    markers = os.listdir(tmp_path / parallel.GROUPS_DIR)
+    assert len(markers) == 1
+    assert parallel.build_group(group, make, ARCH) == 0 and len(enumerations) == 1 and calls == [variants]
+    # Another group (e.g. another n, or another SM count) has its own marker.
+    assert parallel.build_group(("test", 256, 128, 114), make, ARCH) == 0 and len(enumerations) == 2
+    assert len(os.listdir(tmp_path / parallel.GROUPS_DIR)) == 2
+    # An entry disappears: the group is enumerated and that one kernel rebuilt.
+    cache = KernelCache(str(tmp_path))
+    shutil.rmtree(cache.entries()[0].path)
+    assert parallel.build_group(group, make, ARCH) == 1 and len(enumerations) == 3
+    assert parallel.build_group(group, make, ARCH) == 0 and len(enumerations) == 3
+
+
+def test_build_group_marker_never_vouches_for_a_cubin(tmp_path, monkeypatch):
+    """A corrupted entry under a valid marker: build_group (existence only) does not look at it, but loading the
+    kernel verifies it, moves it aside and rebuilds it, and the group is then enumerated again."""
+    from deep_gemm.jit import parallel
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(parallel, "build_many", _fake_build_many(calls))
+    group = ("test", 256, 128, 132)
+    parallel.build_group(group, _variant_sources, ARCH)
+    source = _variant_sources()[0]
+    key = build_key(source)
+    cache = KernelCache(str(tmp_path))
+    with open(os.path.join(cache.entry_dir(source.name, key), CUBIN), "r+b") as f:
+        f.write(b"XXXX")
+    assert parallel.build_group(group, _variant_sources, ARCH) == 0
+    assert cache.load(source.name, key) is None, "the corrupted cubin must not be served"
+    assert parallel.build_group(group, _variant_sources, ARCH) == 1, "the discarded entry is rebuilt"
+
+
+def test_build_group_marker_depends_on_the_code_and_compiler(tmp_path, monkeypatch):
+    """Another deep_gemm (version or modules), compiler or headers reads other markers: their heuristics or keys may
+    differ."""
+    from deep_gemm.jit import parallel
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    group = ("test", 1, 2)
+    base = parallel._marker_path(group, ARCH)
+    monkeypatch.setattr(parallel, "_code_stamp", lambda: "another version")
+    assert parallel._marker_path(group, ARCH) != base
+    monkeypatch.undo()
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(parallel, "headers_digest", lambda: "other headers")
+    assert parallel._marker_path(group, ARCH) != base
+
+
+def test_warmup_marks_the_dense_groups_so_first_calls_skip_enumeration(tmp_path, monkeypatch):
+    """After `warmup(dense=...)`, the first call's precompile check of that (n, k) enumerates nothing."""
+    from deep_gemm.jit import parallel
+    from deep_gemm.launchers import sm90_fp8_gemm_1d2d as family
+    from deep_gemm.warmup import warmup
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(parallel, "build_many", _fake_build_many(calls))
+    monkeypatch.setattr(jit, "build_many", parallel.build_many)
+    summary = warmup(dense=[(256, 128)], num_sms=132, progress=False, leader=True)
+    assert summary["failures"] == [] and summary["kernels"] == len(_variant_sources())
+    monkeypatch.setattr(family, "runtime_kernels", lambda *a, **k: pytest.fail("enumerated despite the marker"))
+    assert family.precompile_variants(256, 128, 132, ARCH) == 0

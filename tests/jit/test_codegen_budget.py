@@ -1,6 +1,6 @@
 """Main-loop code generation of the sm90 kernels, no GPU needed: compile with NVRTC (the shipped path), disassemble
-with cuobjdump and measure the steady-state K loop per K block per math warp (deep_gemm/jit/sass.py; the definition
-of shared/PERF_GAP.md §3). Run with -s to see the measured numbers."""
+with cuobjdump and measure the steady-state K loop per K block per math warp (deep_gemm/jit/sass.py defines the
+measure). Run with -s to see the measured numbers."""
 import pytest
 
 from deep_gemm.heuristics import KernelType
@@ -15,7 +15,7 @@ ARCH = "sm_90a"
 # Instructions per K block per math warp in the main loop, at most.
 # NOTES: each is the value measured with the uniform WGMMA descriptors of issue 14 + ~3% slack (before them: 260 at
 # dense 256x128, 174.5 at 128x192, 373 at wgrad 256x112); cuobjdump/nvdisasm 13.2.51 and 13.5.37 print the same SASS.
-# PERF_GAP.md §3: DeepGEMM's own loop is 191.8 at 256x128 and 140.8 at 128x192.
+# By the same measure, DeepGEMM's own loop is 191.8 at 256x128 and 140.8 at 128x192.
 BUDGETS = {
     "dense-256x128-mcA": 203.0,         # measured 197.25 (4 K blocks per body)
     "dense-128x192": 138.5,             # measured 134.50 (4 K blocks per body, first of 2 straddle cases)
@@ -107,7 +107,7 @@ def test_instructions_per_k_block_within_budget(loops):
 
 def test_no_r2ur_in_main_loop(loops):
     # NOTES: an R2UR in the loop means an address the WGMMA descriptor or a barrier needs was computed in vector
-    # registers (PERF_GAP.md §3.2); it lengthens the DEPBAR -> next QGMMA path.
+    # registers; it lengthens the DEPBAR -> next QGMMA path.
     name, _, every = loops
     for loop in every:
         assert loop.count("R2UR") == 0, f"{name}: R2UR in the main loop\n{loop.format(full=True)}"

@@ -1,0 +1,43 @@
+"""The GPU suite's problem builders and checkers (tests/gemm_cases.py), run on the CPU with a simulated kernel that
+writes the reference: a right result passes, a wrong or missing element fails, also when the checks walk the
+output in many small blocks (as they do for the largest problems on the GPU)."""
+import pytest
+import torch
+
+import gemm_cases
+from gemm_cases import SPECS
+
+
+def _simulate(case) -> None:
+    """Write what a correct kernel writes: the reference, rounded to the output's type (accumulated for FP32)."""
+    ref = case.extra["ref"]
+    if case.fn_name == "m_grouped_gemm_fp8_fp8_bf16_nt_masked":
+        for e, c in enumerate(case.extra["counts"]):
+            case.out[e, :c] = ref[e, :c].to(case.out.dtype)
+    elif case.out.dtype == torch.float32:
+        case.out.copy_(case.guarded.initial + ref)
+    else:
+        case.out.copy_(ref.to(case.out.dtype))
+
+
+def _build(spec):
+    case = spec.build(dict(spec.small), torch.device("cpu"), 7)
+    assert "ref" in case.extra, f"{spec.name}: the builder must expose its reference for this test"
+    return case
+
+
+@pytest.mark.parametrize("block", [1 << 26, 7])
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_checker_accepts_the_reference_and_rejects_a_wrong_element(monkeypatch, spec, block):
+    monkeypatch.setattr(gemm_cases, "CHECK_BLOCK_ELEMENTS", block)
+    case = _build(spec)
+    _simulate(case)
+    case.guarded.check_guards()
+    case.checker(case)
+    # One large error in a written element must fail the check.
+    flat = case.out.view(-1, case.out.shape[-1])
+    written = (flat.view(case.guarded.buf.dtype) != -1).nonzero()
+    r, c = (int(v) for v in written[len(written) // 2])
+    flat[r, c] = float(flat[r, c]) * -4 + 1000
+    with pytest.raises(AssertionError):
+        case.checker(case)
