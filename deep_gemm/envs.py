@@ -1,4 +1,4 @@
-"""Every ``DG_*`` environment variable the library reads, typed and with its default (see README).
+"""Every ``DG_*`` environment variable the library reads, typed and with its default (listed in the README).
 
 `VARIABLES` is the one table of them (name, field of `Env`, default, effect): `read_env` parses it and
 `python -m deep_gemm doctor` reports it.

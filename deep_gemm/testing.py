@@ -231,7 +231,7 @@ def assert_bitwise_equal(x: torch.Tensor, y: torch.Tensor, label: str = "") -> N
                          f"{y.flatten()[element].item()}")
 
 
-# Test and tuning hooks (documented in the README, "Test hooks"): behaviour is selected only through these.
+# Test and tuning hooks (documented in docs/internals.md, "Test hooks"): behaviour is selected only through these.
 def forced_config(config):
     """Context manager: calls inside the block run kernel configuration `config` (a
     `deep_gemm.heuristics.GemmConfig`) instead of the heuristic's pick; every cached plan is dropped on entry and

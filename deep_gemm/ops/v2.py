@@ -16,9 +16,9 @@ SM90 rules, as DeepGEMM applies them:
     n and k in and keep m a run-time value. `disable_ue8m0_cast` has no effect on SM90 (float32 scales are used as
     given, never rounded to powers of two).
 
-On an sm_100 device (Blackwell; compile-verified, guarded by the first-use self-test, see README) the dense GEMM and
-the contiguous (m_indices) and masked M-grouped GEMMs with the default recipe follow DeepGEMM's SM100 default:
-scales are ROUNDED UP TO POWERS OF TWO (UE8M0) and applied by the block-scaled MMA, unless
+On an sm_100 device (Blackwell; compile-verified, guarded by the first-use self-test, see docs/blackwell.md) the
+dense GEMM and the contiguous (m_indices) and masked M-grouped GEMMs with the default recipe follow DeepGEMM's SM100
+default: scales are ROUNDED UP TO POWERS OF TWO (UE8M0) and applied by the block-scaled MMA, unless
 `disable_ue8m0_cast=True`, which keeps the exact float32 scales (the Hopper numerics). Packed UE8M0 int32 scales
 are accepted there too. The May-2025 names always use the exact float32 scales.
 """

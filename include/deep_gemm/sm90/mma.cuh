@@ -13,7 +13,7 @@ namespace deep_gemm::sm90 {
 // the base offset stays 0 because every tile starts 1024-byte aligned. So callers keep the low word of their
 // tile's first stage (kmajor_sw128_desc_lo of a warp-uniform 32-bit shared address) and add compile-time or
 // uniform offsets per WGMMA. Rebuilding the descriptor from a pointer per WGMMA cost ~55 vector-ALU instructions
-// and 16 R2UR per K block on the math warps' critical path (64-bit arithmetic under NVRTC; PERF_GAP.md §3).
+// and 16 R2UR per K block on the math warps' critical path (64-bit arithmetic under NVRTC).
 __device__ __forceinline__ uint32_t kmajor_sw128_desc_lo(uint32_t smem_addr) {
     // Shared addresses stay below 2^18 (228 KiB), so the start address fits its 14 bits without a mask.
     return smem_addr >> 4;
