@@ -394,12 +394,12 @@ def _host_time_calls():
     calls = {
         "dense": (deep_gemm.gemm_fp8_fp8_bf16_nt, ((a8, sa), (b8, sb), out), Op.DENSE),
         "contiguous": (deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, ((a8, sa), (bg8, sbg), out, m_indices),
-                       Op.M_GROUPED_CONTIGUOUS),
+                       Op.CONTIGUOUS),
         "masked": (deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked, ((a3, sa3), (bg8, sbg), out3, masked_m, 64),
-                   Op.M_GROUPED_MASKED),
+                   Op.MASKED),
         "wgrad": (deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt, ((a8, sa_t), (b8, sb_t), wout), Op.WGRAD),
         "k_grouped (4 groups)": (deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, ((a_flat, sa_k), (b_flat, sb_k), kout,
-                                                                                  ks), Op.K_GROUPED_WGRAD),
+                                                                                  ks), Op.K_GROUPED),
         # The caller's row-major per-token scales, as they come from the cast (no conversion on this path).
         "bmm (4 batches)": (deep_gemm.bmm_fp8_fp8_bf16_nt, ((a3, sa_rows[None].repeat(groups, 1, 1)), (bg8, sbg), out3),
                             Op.BMM),
@@ -433,7 +433,7 @@ _COMPILE_SNIPPET = """
 import sys, time
 from deep_gemm import jit
 from deep_gemm.heuristics import GemmProblem, get_config
-from deep_gemm.launchers import sm90_fp8_gemm_1d2d
+from deep_gemm.families import sm90_fp8_gemm_1d2d
 cfg = get_config(GemmProblem(4096, 7168, 7168, 132))
 src = sm90_fp8_gemm_1d2d.kernel_source(7168, 7168, cfg)
 t = time.perf_counter(); _, cached, secs = jit.build(src, "sm_90a"); total = time.perf_counter() - t

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import List, Optional, Tuple
 
+from ._version import __version__
 from .envs import read_env
 from .warmup import ARCHS, FAMILIES, MODELS, MoEModel, warmup
 
@@ -156,7 +157,6 @@ def _add_compile(sub) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from . import __version__
     parser = _Parser(prog="python -m deep_gemm")
     parser.add_argument("--version", action="version", version=f"deep_gemm {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)

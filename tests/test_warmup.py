@@ -11,7 +11,7 @@ import deep_gemm
 from deep_gemm import jit
 from deep_gemm.heuristics import KernelType
 from deep_gemm.heuristics.sm90 import sm90_kernel_variants
-from deep_gemm.launchers import sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
+from deep_gemm.families import sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
 from deep_gemm.warmup import MODELS, is_compile_leader, model_shapes
 
 ARCH = "sm_90a"

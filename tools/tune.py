@@ -82,7 +82,7 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
     from deep_gemm.heuristics import GemmProblem, KernelType, get_config
     from deep_gemm.heuristics.common import ceil_div
     from deep_gemm.heuristics.sm90 import MAX_STAGES, _legal_block, batched_a_box_rows, build_sm90_config
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d
+    from deep_gemm.families import sm90_fp8_gemm_1d2d
     from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
     sms = deep_gemm.get_num_sms()
     check = None
@@ -188,7 +188,7 @@ def _wgrad_problem(family, values, bms, bns) -> Problem:
 
     import deep_gemm
     from deep_gemm.heuristics import sm90_wgrad
-    from deep_gemm.launchers import sm90_fp8_wgrad_1d1d
+    from deep_gemm.families import sm90_fp8_wgrad_1d1d
     from deep_gemm.testing import calc_diff, dequant_per_token
     m, n, k = values[:3]
     groups = values[3] if family == "k_grouped" else 1

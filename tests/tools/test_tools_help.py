@@ -12,7 +12,7 @@ SCRIPTS = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "tools")) if f.en
 
 
 def test_the_expected_scripts_remain():
-    assert SCRIPTS == ["dist_check", "gen_wgmma", "gpu_check", "profile_case", "tune"]
+    assert SCRIPTS == ["dist_check", "gen_wgmma", "gpu_check", "profile_case", "sass", "tune"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
