@@ -145,4 +145,5 @@ PACK_UE8M0 = Variant("pack_ue8m0", "get_mn_major_tma_aligned_packed_ue8m0_tensor
                      gemm=False)
 PACK_UE8M0_K_GROUPED = Variant("pack_ue8m0_k_grouped", "get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor",
                                (TENSOR, TENSOR, TENSOR, INT_LIST, INT), normalise_pack_k_grouped, gemm=False)
-FAMILY = Family("sf_layout", (ANY_ARCH,), (PACK_UE8M0, PACK_UE8M0_K_GROUPED), build_plan, clear_kernels)
+FAMILY = Family("sf_layout", HEADER, FUNCTION, PARAMS, (ANY_ARCH,), (PACK_UE8M0, PACK_UE8M0_K_GROUPED), build_plan,
+                clear_kernels)

@@ -399,7 +399,7 @@ CONTIGUOUS_UE8M0 = Variant("contiguous_ue8m0", "m_grouped_fp8_gemm_nt_contiguous
                            normalise_contiguous_ue8m0, warmup_as=CONTIGUOUS.name)
 MASKED_UE8M0 = Variant("masked_ue8m0", "m_grouped_fp8_gemm_nt_masked", MASKED.signature, normalise_masked_ue8m0,
                        warmup_as=MASKED.name)
-FAMILY = Family("sm100_fp8_gemm_1d2d", ("sm_100a", "sm_100f"),
+FAMILY = Family("sm100_fp8_gemm_1d2d", HEADER, FUNCTION, PARAMS, ("sm_100a", "sm_100f"),
                 (DENSE, CONTIGUOUS, MASKED, DENSE_UE8M0, CONTIGUOUS_UE8M0, MASKED_UE8M0), build_plan, clear_kernels,
                 load, warmup_kernels)
 # variant name -> (kind, scale path) of its kernels.

@@ -211,5 +211,5 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
                            psum_alignment if kind == KernelType.M_GROUPED_PSUM else 0)
 
 
-FAMILY = Family("sm90_fp8_gemm_1d2d", ("sm_90a",), (DENSE, CONTIGUOUS, MASKED, PSUM, BMM), build_plan, clear_kernels,
-                call_kernel, warmup_kernels)
+FAMILY = Family("sm90_fp8_gemm_1d2d", HEADER, FUNCTION, PARAMS, ("sm_90a",), (DENSE, CONTIGUOUS, MASKED, PSUM, BMM),
+                build_plan, clear_kernels, call_kernel, warmup_kernels)

@@ -377,5 +377,5 @@ def warmup_kernels(variant: str, shape: dict, ms, num_sms: int, arch: str,
 WGRAD = Variant("wgrad", "wgrad_gemm_fp8_fp8_fp32_nt", (PAIR, PAIR, TENSOR), normalise_wgrad, warmup_fields=("m", "n"))
 K_GROUPED = Variant("k_grouped", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", (PAIR, PAIR, TENSOR, INT_LIST),
                     normalise_k_grouped, warmup_fields=("m", "n", "num_groups"))
-FAMILY = Family("sm90_fp8_wgrad_1d1d", ("sm_90a",), (WGRAD, K_GROUPED), build_plan, clear_kernels, _kernel,
-                warmup_kernels)
+FAMILY = Family("sm90_fp8_wgrad_1d1d", HEADER, FUNCTION, PARAMS, ("sm_90a",), (WGRAD, K_GROUPED), build_plan,
+                clear_kernels, _kernel, warmup_kernels)

@@ -32,10 +32,15 @@ class Variant:
 
 @dataclass(frozen=True)
 class Family:
-    """One kernel family: a kernel header and its host side (one module, named like the header). `run` is the
-    family's entry the layouts of its variants call (their plan builder, see each family), `load` the one compile
-    mode calls, `kernels` the kernels a warm-up shape loads (None: the family has nothing to warm up)."""
+    """One kernel family: a kernel header and its host side (one module, named like the header). `header` /
+    `function` name the kernel, `params` its parameters as (name, kind) in the `__global__` signature's order (the
+    one declaration, checked against the header by tests/families/test_params.py). `build_plan` is the entry the
+    layouts of its variants call, `load` the one compile mode calls, `kernels` the kernels a warm-up shape loads
+    (None: nothing to warm up)."""
     name: str
+    header: str
+    function: str
+    params: Tuple[Tuple[str, str], ...]
     archs: Tuple[str, ...]
     variants: Tuple[Variant, ...]
     build_plan: Callable
