@@ -28,7 +28,7 @@ from .families.variant import ANY_ARCH, Family, Variant
 from .heuristics import common as heuristics_common
 from .jit.runtime import CUDADriverError
 
-__all__ = ["Op", "FAMILIES", "VARIANTS", "families_of", "get_launch_path", "stats", "clear_plans", "forced_config",
+__all__ = ["Op", "FAMILIES", "VARIANTS", "families_of", "variants_on", "get_launch_path", "stats", "clear_plans", "forced_config",
            "set_compile_mode", "get_compile_mode"]
 
 # The registry: one line per kernel family (deep_gemm/families/). The `Op` numbers, the argument signatures `_C`
@@ -66,6 +66,12 @@ def families_of(variant: str, arch: str) -> Tuple[Family, ...]:
     """The family that serves `variant` on `arch` (one, or none)."""
     family = _DISPATCH.get((variant, arch)) or _DISPATCH.get((variant, ANY_ARCH))
     return () if family is None else (family,)
+
+
+def variants_on(arch: str, gemm: Optional[bool] = None) -> Tuple[str, ...]:
+    """The names of the variants some family serves on `arch` (only the GEMMs, or only the others, with `gemm`), in
+    registry order: what the tuner, the benchmarks and the sanitizer driver cover."""
+    return tuple(v.name for v in VARIANTS if families_of(v.name, arch) and (gemm is None or v.gemm == gemm))
 
 
 def _bind(variant: Variant, layout) -> None:
