@@ -28,7 +28,8 @@ STAGES = ("tests", "sanitizer", "bench")
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 # The variants the driver runs (tests/tools/test_variant_lists.py checks that each has problems and a builder).
 FAMILIES = variants_on("sm_90a")
-PROBLEMS = {
+# Problems per variant; a GEMM with a tests/gemm_cases.py SPECS entry and none listed here runs its spec's small one.
+_LISTED = {
     "dense": [dict(m=1024, n=2112, k=7168), dict(m=1, n=7, k=16), dict(m=129, n=4100, k=200),
                              dict(m=300, n=576, k=1000)],
     "contiguous": [dict(sizes=[700, 0, 300, 1], n=2112, k=576), dict(sizes=[1], n=7, k=16),
@@ -51,6 +52,8 @@ PROBLEMS = {
                    dict(shape=(3, 1), transposed=False)],
     "pack_ue8m0_k_grouped": [dict(ks=[512, 1024, 0, 128], gran_k=128, mn=4100), dict(ks=[64, 96], gran_k=32, mn=7)],
 }
+PROBLEMS = dict({v.name: [SPEC_BY_NAME[v.public_name].small] for v in VARIANTS
+                 if v.name in FAMILIES and v.public_name in SPEC_BY_NAME}, **_LISTED)
 # How a problem of each variant becomes a case: the GEMMs with a torch custom op through tests/gemm_cases.py SPECS
 # (by public name), the others through their own builders.
 BUILDERS = dict({v.name: SPEC_BY_NAME[v.public_name].build for v in VARIANTS if v.public_name in SPEC_BY_NAME},
