@@ -12,15 +12,21 @@ from .. import _C
 from ..device import get_device_arch, get_num_sms
 from ..heuristics import KernelType
 from ..heuristics.common import ceil_div
+from ..jit.codegen import CppName
 from ..scale_layout import is_col_major_tma_aligned
 from . import checks
 from .plan import noop_plan
 from .variant import INT, PAIR, TENSOR, Family, Variant
 
 _NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
-
-
-_NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
+# The 1d2d kernels' template parameter of each kind (deep_gemm::GemmType, include/deep_gemm/common/scheduler.cuh).
+GEMM_TYPES = {
+    KernelType.NORMAL: CppName("deep_gemm::GemmType::Normal"),
+    KernelType.M_GROUPED_CONTIGUOUS: CppName("deep_gemm::GemmType::MGroupedContiguous"),
+    KernelType.M_GROUPED_MASKED: CppName("deep_gemm::GemmType::MGroupedMasked"),
+    KernelType.M_GROUPED_PSUM: CppName("deep_gemm::GemmType::MGroupedPsum"),
+    KernelType.BATCHED: CppName("deep_gemm::GemmType::Batched"),
+}
 
 
 @dataclass

@@ -29,8 +29,8 @@ from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
 from ..scale_layout import ceil_to_ue8m0, get_tma_aligned_size
 from . import checks
-from .fp8_gemm_1d2d_args import (CONTIGUOUS, DENSE, MASKED, GemmLayout, normalise_contiguous, normalise_dense,
-                                 normalise_masked)
+from .fp8_gemm_1d2d_args import (CONTIGUOUS, DENSE, GEMM_TYPES, MASKED, GemmLayout, normalise_contiguous,
+                                 normalise_dense, normalise_masked)
 from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, make_plan
 from .variant import Family, Variant
 
@@ -41,11 +41,6 @@ KINDS = (KernelType.NORMAL, KernelType.M_GROUPED_CONTIGUOUS, KernelType.M_GROUPE
 PARAMS = (("tensor_map_a", TENSOR_MAP), ("tensor_map_b", TENSOR_MAP), ("tensor_map_sfa", TENSOR_MAP),
           ("tensor_map_sfb", TENSOR_MAP), ("sa", POINTER), ("sa_stride", U32), ("sb", POINTER), ("shape_m", U32),
           ("grouped_layout", POINTER), ("num_groups", U32), ("d", POINTER), ("d_row_stride", U32))
-_GEMM_TYPES = {
-    KernelType.NORMAL: jit.CppName("deep_gemm::GemmType::Normal"),
-    KernelType.M_GROUPED_CONTIGUOUS: jit.CppName("deep_gemm::GemmType::MGroupedContiguous"),
-    KernelType.M_GROUPED_MASKED: jit.CppName("deep_gemm::GemmType::MGroupedMasked"),
-}
 _NAMES = {KernelType.NORMAL: "sm100_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm100_fp8_gemm_1d2d_contiguous",
           KernelType.M_GROUPED_MASKED: "sm100_fp8_gemm_1d2d_masked"}
 
@@ -63,7 +58,7 @@ def _check_kind(kind: KernelType) -> None:
 def kernel_source(n: int, k: int, config: Sm100Config, kind: KernelType = KernelType.NORMAL) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments."""
     _check_kind(kind)
-    named = dict(kGemmType=_GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+    named = dict(kGemmType=GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kScaleUE8M0=config.ue8m0, kSmemSize=config.smem_size,
                  kNumTmemCols=config.tmem_cols)

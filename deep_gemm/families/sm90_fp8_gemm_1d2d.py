@@ -6,14 +6,14 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from .. import jit, log
 from ..envs import read_env
-from ..heuristics import GemmConfig, GemmProblem, KernelType, get_config
+from ..heuristics import GemmConfig, GemmProblem, KernelType
 from ..heuristics.common import ceil_div, get_forced_config, has_group_row_ends
-from ..heuristics.sm90 import sm90_kernel_variants
+from ..heuristics.sm90 import get_sm90_config, sm90_kernel_variants
 from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
 from ..scale_layout import get_tma_aligned_size
 from . import checks
-from .fp8_gemm_1d2d_args import BMM, CONTIGUOUS, DENSE, MASKED, PSUM
+from .fp8_gemm_1d2d_args import BMM, CONTIGUOUS, DENSE, GEMM_TYPES, MASKED, PSUM
 from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, make_plan
 from .variant import Family
 
@@ -24,14 +24,6 @@ PARAMS = (("tensor_map_a", TENSOR_MAP), ("tensor_map_b", TENSOR_MAP), ("tensor_m
           ("tensor_map_d", TENSOR_MAP), ("sb", POINTER), ("shape_m", U32), ("grouped_layout", POINTER),
           ("num_groups", U32), ("d", POINTER), ("d_row_stride", U32), ("sa", POINTER), ("sa_group_stride", U32),
           ("sa_row_stride", U32), ("sa_k_stride", U32))
-# deep_gemm::GemmType (include/deep_gemm/common/scheduler.cuh)
-_GEMM_TYPES = {
-    KernelType.NORMAL: jit.CppName("deep_gemm::GemmType::Normal"),
-    KernelType.M_GROUPED_CONTIGUOUS: jit.CppName("deep_gemm::GemmType::MGroupedContiguous"),
-    KernelType.M_GROUPED_MASKED: jit.CppName("deep_gemm::GemmType::MGroupedMasked"),
-    KernelType.M_GROUPED_PSUM: jit.CppName("deep_gemm::GemmType::MGroupedPsum"),
-    KernelType.BATCHED: jit.CppName("deep_gemm::GemmType::Batched"),
-}
 _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm90_fp8_gemm_1d2d_contiguous",
           KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked",
           KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum",
@@ -46,7 +38,7 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
     kinds load SA MN-major by TMA and SB per tile."""
     if (kind == KernelType.M_GROUPED_PSUM) != (psum_alignment > 0):
         raise ValueError(f"psum_alignment must be > 0 exactly for the psum layout, got {psum_alignment} for {kind}")
-    named = dict(kGemmType=_GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+    named = dict(kGemmType=GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
@@ -72,7 +64,7 @@ def clear_kernels() -> None:
 def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelType, num_groups: int) -> GemmConfig:
     """The configuration a call loads; m: rows (dense, contiguous), expected rows per group (masked, psum) or rows
     per batch (batched)."""
-    return get_forced_config() or get_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
+    return get_forced_config() or get_sm90_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
 
 
 def runtime_kernels(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL,

@@ -27,7 +27,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from ..runtime import Op, call, get_compile_mode
+from ..runtime import VARIANTS, Op, call, families_of, get_compile_mode
 from ..device import get_device_arch
 from ..utils.layout import get_mk_alignment_for_contiguous_layout, get_mn_major_tma_aligned_tensor
 from .gemm import gemm_fp8_fp8_bf16_nt
@@ -49,13 +49,13 @@ _DENSE = {"fp32": int(Op.DENSE), "ue8m0": int(Op.DENSE_UE8M0)}
 _CONTIGUOUS = {"fp32": int(Op.CONTIGUOUS), "ue8m0": int(Op.CONTIGUOUS_UE8M0)}
 _MASKED = {"fp32": int(Op.MASKED), "ue8m0": int(Op.MASKED_UE8M0)}
 _TOKEN, _BLOCK = (1, 128), (128, 128)
-_SM100 = ("sm_100a", "sm_100f")
 
 
 def scale_path(arch: str, disable_ue8m0_cast: bool) -> Optional[str]:
-    """The sm100 family's scale path for a v2 call on a device of `arch`: "ue8m0" (DeepGEMM's SM100 default:
-    scales rounded up to powers of two) unless `disable_ue8m0_cast`, then "fp32"; None off sm_100 (the sm90 ops)."""
-    if arch not in _SM100:
+    """The scale path of a v2 call on a device of `arch` where the registry has UE8M0 variants (sm_100): "ue8m0"
+    (DeepGEMM's SM100 default: scales rounded up to powers of two) unless `disable_ue8m0_cast`, then "fp32"; None
+    elsewhere (the sm90 rules: exact FP32 scales, or a clear refusal)."""
+    if not families_of(VARIANTS[_DENSE["ue8m0"]].name, arch):
         return None
     return "fp32" if disable_ue8m0_cast else "ue8m0"
 
