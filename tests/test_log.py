@@ -89,8 +89,8 @@ class _Stop(Exception):
     pass
 
 
-def test_launchers_log_the_chosen_config(no_flags, capsys, monkeypatch):
-    """DG_PRINT_CONFIGS through the real launchers (stopped before they need a GPU)."""
+def test_families_log_the_chosen_config(no_flags, capsys, monkeypatch):
+    """DG_PRINT_CONFIGS through the real families (stopped before they need a GPU)."""
     from deep_gemm.heuristics import KernelType
     from deep_gemm.families import sm90_fp8_gemm_1d2d as dense, sm90_fp8_wgrad_1d1d as wgrad
 
