@@ -8,14 +8,13 @@ from typing import Optional, Tuple
 
 import torch
 
-from .. import _C
 from ..device import get_device_arch, get_num_sms
 from ..heuristics import KernelType
 from ..heuristics.common import ceil_div
 from ..jit.codegen import CppName
 from ..scale_layout import is_col_major_tma_aligned
 from . import checks
-from .plan import noop_plan
+from .plan import launch, noop_plan
 from .variant import INT, PAIR, TENSOR, Family, Variant
 
 _NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
@@ -103,7 +102,7 @@ class GemmLayout:
         if plan is None:
             plan = self.plans[geometry] = self.family.build_plan(self.kind, tensors, self.num_sms, self.arch,
                                                                  self.expected_m, self.psum_alignment)
-        _C.launch(plan, tuple(t.data_ptr() for t in tensors))
+        launch(plan, tuple(t.data_ptr() for t in tensors))
         return plan
 
 

@@ -10,6 +10,10 @@ from typing import List, Optional, Sequence, Tuple
 from .. import _C
 from ..jit.runtime import current_context
 
+# NOTES: the families launch through this name, so that this module and the runtime are the only importers of the
+# extension module.
+launch = _C.launch
+
 _MAP_BYTES = 128   # sizeof(CUtensorMap)
 _MAP_ALIGN = 128   # alignof(CUtensorMap) (cuda.h 13)
 

@@ -7,12 +7,12 @@ from typing import Optional
 
 import torch
 
-from .. import _C, jit
+from .. import jit
 from ..device import get_device_arch
 from ..heuristics.common import ceil_div
 from ..jit.runtime import ensure_context
 from . import checks
-from .plan import POINTER, U32, U64, ParamBuffer, make_plan, noop_plan
+from .plan import POINTER, U32, U64, ParamBuffer, launch, make_plan, noop_plan
 from .variant import ANY_ARCH, INT, INT_LIST, TENSOR, Family, Variant
 
 HEADER = "deep_gemm/common/sf_layout.cuh"
@@ -94,7 +94,7 @@ class PackLayout:
         plan = self.plans.get(None)
         if plan is None:
             plan = self.plans[None] = self.family.build_plan(self)
-        _C.launch(plan, tuple(ptrs))
+        launch(plan, tuple(ptrs))
         return plan
 
 

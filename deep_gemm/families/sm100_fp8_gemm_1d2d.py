@@ -19,7 +19,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from .. import _C, jit, log, selftest
+from .. import jit, log, selftest
 from ..envs import read_env
 from ..heuristics import GemmProblem, KernelType
 from ..heuristics.common import ceil_div, get_forced_config, walks_groups
@@ -31,7 +31,7 @@ from ..scale_layout import ceil_to_ue8m0, get_tma_aligned_size
 from . import checks
 from .fp8_gemm_1d2d_args import (CONTIGUOUS, DENSE, GEMM_TYPES, MASKED, GemmLayout, normalise_contiguous,
                                  normalise_dense, normalise_masked)
-from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, make_plan
+from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, launch, make_plan
 from .variant import Family, Variant
 
 HEADER = "deep_gemm/sm100/fp8_gemm_1d2d.cuh"
@@ -339,7 +339,7 @@ class Ue8m0Layout:
         if plan is None:
             plan = self.plans[geometry] = build_plan(self.gemm.kind, tensors, self.gemm.num_sms, self.arch,
                                                      self.gemm.expected_m, 0, SCALES_UE8M0)
-        _C.launch(plan, tuple(t.data_ptr() for t in tensors))
+        launch(plan, tuple(t.data_ptr() for t in tensors))
         if self.gemm.ragged_n:
             out.copy_(target[:, :n])
         return None

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .. import _C, jit, log
+from .. import jit, log
 from ..device import get_device_arch, get_num_sms
 from ..envs import read_env
 from ..heuristics.common import GemmConfig, ceil_div, get_forced_config
@@ -16,7 +16,7 @@ from ..heuristics.sm90_wgrad import MAX_GROUPS_PER_LAUNCH, get_wgrad_config, gro
 from ..jit.runtime import ensure_context
 from ..scale_layout import get_col_major_tma_aligned_tensor, get_tma_aligned_size
 from . import checks
-from .plan import STRUCT, TENSOR_MAP, U32, ParamBuffer, make_plan, noop_plan
+from .plan import STRUCT, TENSOR_MAP, U32, ParamBuffer, launch, make_plan, noop_plan
 from .variant import INT_LIST, PAIR, TENSOR, Family, Variant
 
 HEADER = "deep_gemm/sm90/fp8_wgrad_1d1d.cuh"
@@ -252,7 +252,7 @@ class WgradLayout:
             plan = self.plans[geometry] = self.family.build_plan(self._operands(tensors, sa_stride, sb_stride),
                                                      [checks.extent_bytes(t) for t in tensors], self.device.index,
                                                      self.num_sms, self.arch)
-        _C.launch(plan, tuple(t.data_ptr() for t in tensors))
+        launch(plan, tuple(t.data_ptr() for t in tensors))
         return plan
 
     def _operands(self, tensors, sa_stride: int, sb_stride: int) -> Operands:
