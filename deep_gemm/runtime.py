@@ -28,8 +28,8 @@ from .families.variant import ANY_ARCH, Family, Variant
 from .heuristics import common as heuristics_common
 from .jit.runtime import CUDADriverError
 
-__all__ = ["Op", "FAMILIES", "VARIANTS", "families_of", "variants_on", "get_launch_path", "stats", "clear_plans", "forced_config",
-           "set_compile_mode", "get_compile_mode"]
+__all__ = ["Op", "FAMILIES", "VARIANTS", "families_of", "variants_on", "get_launch_path", "stats", "clear_plans",
+           "forced_config", "set_compile_mode", "get_compile_mode"]
 
 # The registry: one line per kernel family (deep_gemm/families/). The `Op` numbers, the argument signatures `_C`
 # reads, compile mode's GEMMs, the arch dispatch and the variant lists of the warm-up and the tools derive from it.
@@ -54,8 +54,20 @@ def _variants() -> Tuple[Variant, ...]:
 VARIANTS: Tuple[Variant, ...] = _variants()
 Op = enum.IntEnum("Op", [(v.name.upper(), i) for i, v in enumerate(VARIANTS)], module=__name__)
 Op.__doc__ = "The public ops (GEMMs and scale-layout transforms), as `_C` numbers them: one per variant."
-# (variant name, arch) -> the family that runs it there.
-_DISPATCH: Dict[Tuple[str, str], Family] = {(v.name, arch): f for f in FAMILIES for arch in f.archs for v in f.variants}
+
+
+def _dispatch() -> Dict[Tuple[str, str], Family]:
+    table: Dict[Tuple[str, str], Family] = {}
+    for family in FAMILIES:
+        for arch in family.archs:
+            for variant in family.variants:
+                if table.setdefault((variant.name, arch), family) is not family:
+                    raise AssertionError(f"two families serve {variant.name!r} on {arch}")
+    return table
+
+
+# (variant name, arch) -> the family that runs it there: the one arch dispatch.
+_DISPATCH = _dispatch()
 
 _layouts: Dict[tuple, object] = {}
 _MAX_LAYOUTS = 4096

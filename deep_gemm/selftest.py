@@ -5,9 +5,10 @@ So the first time a process launches one of their variants (e.g. "dense": the de
 "dense_ue8m0": with UE8M0 scales) on a device, the family asks this gate to run a few small ragged problems through it
 and compare them with a dequantised FP32 reference (`ensure`; the problems are deep_gemm/sm100_selftest.py's,
 registered here with `register` because they call the public ops, above the families). The verdict is cached per
-(device, variant) for the life of the process: a passing one costs one dict lookup per new plan afterwards; a failing one raises `SelfTestError` now and at every later use, so an
-untested kernel never silently returns wrong numbers. DG_SM100_SELFTEST=0 turns the gate off (the kernels then run
-unchecked). Hopper (sm_90) launches never reach this module.
+(device, variant) for the life of the process: a passing one costs one dict lookup per new plan afterwards; a failing
+one raises `SelfTestError` now and at every later use, so an untested kernel never silently returns wrong numbers.
+DG_SM100_SELFTEST=0 turns the gate off (the kernels then run unchecked). Hopper (sm_90) launches never reach this
+module.
 """
 import threading
 import time
@@ -70,9 +71,9 @@ def device_key(device_index: int) -> Tuple:
 def _message(family: str, device: Tuple, failures: List[CaseResult]) -> str:
     lines = [f"{c.problem}: " + (c.error or f"calc_diff {c.diff:.3g} >= {c.bound:g}") for c in failures]
     return (f"deep_gemm: the sm100 kernel of the {family!r} variant FAILED its self-test on device {device[0]} "
-            f"({device[1]}, sm_{device[2][0]}{device[2][1]}): its results are wrong on this device, so it will not be used. "
-            f"Failed problems: " + "; ".join(lines) + ". Please report this with `python -m deep_gemm doctor` output. "
-            f"DG_SM100_SELFTEST=0 skips the check (at your own risk).")
+            f"({device[1]}, sm_{device[2][0]}{device[2][1]}): its results are wrong on this device, so it will not be "
+            f"used. Failed problems: " + "; ".join(lines) + ". Please report this with `python -m deep_gemm doctor` "
+            f"output. DG_SM100_SELFTEST=0 skips the check (at your own risk).")
 
 
 def ensure(device_index: int, family: str, runner: Callable[[], List[CaseResult]],
