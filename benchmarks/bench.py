@@ -1,9 +1,11 @@
 """Benchmark the GEMMs against cuBLAS blockwise (torch._scaled_mm) on the same inputs, in the same run.
 
-Suites (--suite, default all): dense (gemm_fp8_fp8_bf16_nt, plus host overhead and compile time), contiguous and
-masked (the MoE grouped GEMMs), wgrad and k_grouped (weight gradients, FP32 accumulate).
-Method (DeepGEMM's own benchmark method): randn inputs quantised 1x128 (LHS) / 128x128 (RHS); kernel time from the torch
-profiler, every call preceded by an 8 GB memset (L2 flush + cool-down); mean of --num-tests calls.
+Suites (--suite, default all; one per GEMM variant of the registry on sm_90a, deep_gemm.runtime.variants_on): dense
+(gemm_fp8_fp8_bf16_nt, plus host overhead and compile time), contiguous, masked and psum (the MoE grouped GEMMs; psum:
+the contiguous GEMM with DeepGEMM's psum layout), bmm (the batched GEMM at MLA's shapes), wgrad and k_grouped (weight
+gradients, FP32 accumulate).
+Method (DeepGEMM's own benchmark method): randn inputs quantised 1x128 (LHS) / 128x128 (RHS); kernel time from the
+torch profiler, every call preceded by an 8 GB memset (L2 flush + cool-down); mean of --num-tests calls.
 TFLOPS = 2mnk / t; GB/s = (mk + nk + 2mn) / t. cuBLAS blockwise is skipped (n/a) when k % 128 != 0, where it
 returns wrong results on the test stack.
 Grouped: TFLOPS count valid rows only (m = rows of all experts without padding / the sum of masked_m); GB/s count
@@ -44,6 +46,7 @@ from typing import Optional
 import torch
 
 import deep_gemm
+from deep_gemm.runtime import variants_on
 from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequant_per_token
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
@@ -199,6 +202,37 @@ def bench_masked(num_groups, m, n, k, num_tests, m_max, seed=0):
     return _grouped_row(ours, "masked", num_groups, m, n, k, valid, diff, num_tests, DG_MASKED, m_max=m_max)
 
 
+def psum_ends(sizes, align):
+    """The psum layout's running row counts: expert g's rows are [align(ends[g - 1]), ends[g])."""
+    ends, start = [], 0
+    for rows in sizes:
+        ends.append(start + rows)
+        start = (start + rows + align - 1) // align * align
+    return ends
+
+
+def bench_psum(num_groups, m, n, k, num_tests, seed=0):
+    """The contiguous suite's problem (same sizes) in DeepGEMM's psum layout (no padding rows are computed)."""
+    rng = random.Random(seed + num_groups * m + n + k)
+    sizes = [int(m * rng.uniform(0.7, 1.3)) for _ in range(num_groups)]
+    ends = psum_ends(sizes, deep_gemm.get_mk_alignment_for_contiguous_layout())
+    layout = torch.tensor(ends, dtype=torch.int32, device="cuda")
+    m_sum, valid = ends[-1], sum(sizes)
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m_sum, k), device="cuda", dtype=torch.bfloat16))
+    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+    b8, sb = _grouped_weights(num_groups, n, k)
+    out = torch.empty((m_sum, n), device="cuda", dtype=torch.bfloat16)
+
+    def ours():
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a8, sa), (b8, sb), out, layout, use_psum_layout=True,
+                                                   expected_m_for_psum_layout=m)
+    ours()
+    rows = slice(0, sizes[0])
+    ref = dequant_per_token(a8[rows], sa[rows]) @ dequant_per_block(b8[0], sb[0]).t()
+    diff = calc_diff(out[rows], ref)
+    return _grouped_row(ours, "psum", num_groups, m, n, k, valid, diff, num_tests, {}, padded_rows=m_sum)
+
+
 def run_grouped_suites(suites, num_tests, results):
     print(f"{'kind':>10} {'G x m':>9} {'n':>5} {'k':>5} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | {'cuBLAS':>7} "
           f"{'ratio':>6} | {'DG':>5} {'xDG':>5} | diff")
@@ -207,9 +241,13 @@ def run_grouped_suites(suites, num_tests, results):
         cases += [("contiguous", g, m, n, k) for g, m in [(4, 8192), (8, 4096), (32, 256)] for n, k in GROUPED_NK]
     if "masked" in suites:
         cases += [("masked", g, m, n, k) for g, m in MASKED_SIZES + DECODE_SIZES for n, k in GROUPED_NK]
+    if "psum" in suites:
+        cases += [("psum", g, m, n, k) for g, m in [(4, 8192), (8, 4096), (32, 256)] for n, k in GROUPED_NK]
     for kind, g, m, n, k in cases:
         if kind == "contiguous":
             r = bench_contiguous(g, m, n, k, num_tests)
+        elif kind == "psum":
+            r = bench_psum(g, m, n, k, num_tests)
         else:
             r = bench_masked(g, m, n, k, num_tests, m_max=4096 if g <= 32 else 1024)
         results.add("grouped", r)
@@ -218,6 +256,36 @@ def run_grouped_suites(suites, num_tests, results):
         dg = f"{r['dg_tflops']:5.0f} {r['tflops'] / r['dg_tflops']:4.2f}x" if r["dg_tflops"] else f"{'-':>5} {'-':>5}"
         print(f"{kind:>10} {f'{g}x{m}':>9} {n:>5} {k:>5} | {r['us']:8.1f} {r['tflops']:7.0f} {r['gbps']:6.0f} | "
               f"{cb} | {dg} | {r['diff']:.1e}", flush=True)
+
+
+# ---------------------------------------------------------------- batched GEMM (benchmarks/bmm.py: the full study)
+
+BMM_CASES = [(128, m, n, k) for m in (64, 4096) for n, k in [(512, 128), (128, 512)]] + [(8, 4096, 4096, 4096)]
+
+
+def bench_bmm(batches, m, n, k, num_tests):
+    """bmm_fp8_fp8_bf16_nt: x [B, m, k] with row-major per-token scales (read as they are), y [B, n, k]."""
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((batches * m, k), device="cuda", dtype=torch.bfloat16))
+    a8, sa = a8.view(batches, m, k), sa.view(batches, m, -1)
+    b8, sb = _grouped_weights(batches, n, k)
+    out = torch.empty((batches, m, n), device="cuda", dtype=torch.bfloat16)
+
+    def ours():
+        deep_gemm.bmm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)
+    ours()
+    diff = calc_diff(out[0], dequant_per_token(a8[0], sa[0]) @ dequant_per_block(b8[0], sb[0]).t())
+    t = bench_kineto(ours, "fp8_gemm_1d2d", num_tests=num_tests)
+    return dict(kind="bmm", batches=batches, m=m, n=n, k=k, us=t * 1e6, tflops=2 * batches * m * n * k / t / 1e12,
+                gbps=batches * (m * k + n * k + 2 * m * n) / t / 1e9, diff=diff, cublas_tflops=None)
+
+
+def run_bmm_suite(num_tests, results):
+    print(f"{'bmm B x m':>10} {'n':>5} {'k':>5} | {'us':>8} {'TFLOPS':>7} {'GB/s':>6} | diff")
+    for batches, m, n, k in BMM_CASES:
+        r = bench_bmm(batches, m, n, k, num_tests)
+        results.add("bmm", r)
+        print(f"{f'{batches}x{m}':>10} {n:>5} {k:>5} | {r['us']:8.1f} {r['tflops']:7.0f} {r['gbps']:6.0f} | "
+              f"{r['diff']:.1e}", flush=True)
 
 
 # ---------------------------------------------------------------- weight gradients (FP32 accumulate)
@@ -395,12 +463,12 @@ def _host_time_calls():
     calls = {
         "dense": (deep_gemm.gemm_fp8_fp8_bf16_nt, ((a8, sa), (b8, sb), out), Op.DENSE),
         "contiguous": (deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, ((a8, sa), (bg8, sbg), out, m_indices),
-                       Op.M_GROUPED_CONTIGUOUS),
+                       Op.CONTIGUOUS),
         "masked": (deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked, ((a3, sa3), (bg8, sbg), out3, masked_m, 64),
-                   Op.M_GROUPED_MASKED),
+                   Op.MASKED),
         "wgrad": (deep_gemm.wgrad_gemm_fp8_fp8_fp32_nt, ((a8, sa_t), (b8, sb_t), wout), Op.WGRAD),
         "k_grouped (4 groups)": (deep_gemm.k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, ((a_flat, sa_k), (b_flat, sb_k), kout,
-                                                                                  ks), Op.K_GROUPED_WGRAD),
+                                                                                  ks), Op.K_GROUPED),
         # The caller's row-major per-token scales, as they come from the cast (no conversion on this path).
         "bmm (4 batches)": (deep_gemm.bmm_fp8_fp8_bf16_nt, ((a3, sa_rows[None].repeat(groups, 1, 1)), (bg8, sbg), out3),
                             Op.BMM),
@@ -434,7 +502,7 @@ _COMPILE_SNIPPET = """
 import sys, time
 from deep_gemm import jit
 from deep_gemm.heuristics import GemmProblem, get_config
-from deep_gemm.launchers import sm90_fp8_gemm_1d2d
+from deep_gemm.families import sm90_fp8_gemm_1d2d
 cfg = get_config(GemmProblem(4096, 7168, 7168, 132))
 src = sm90_fp8_gemm_1d2d.kernel_source(7168, 7168, cfg)
 t = time.perf_counter(); _, cached, secs = jit.build(src, "sm_90a"); total = time.perf_counter() - t
@@ -544,7 +612,7 @@ class Results:
 
     def add(self, section: str, row: dict) -> None:
         row["gpu_after"] = gpu_state()  # clock / power right after the case: throttling shows up here
-        self.data[section].append(row)
+        self.data.setdefault(section, []).append(row)
         self.save()
 
     def summarize(self, **values) -> None:
@@ -566,14 +634,17 @@ def case_label(row: dict, section: str) -> str:
     kind = row.get("kind", section)
     if kind == "dense":
         return f"{row['m']}x{row['n']}x{row['k']}"
-    if kind in ("contiguous", "masked"):
+    if kind in ("contiguous", "masked", "psum"):
         return f"{kind} {row['groups']}x{row['m']} {row['n']}x{row['k']}"
+    if kind == "bmm":
+        return f"bmm {row['batches']}x{row['m']} {row['n']}x{row['k']}"
     if kind == "k_grouped":
         return f"k-grouped {row['groups']}x {row['m']}x{row['n']} k~{row['k']}"
     return f"wgrad {row['m']}x{row['n']}x{row['k']}"
 
 
-SECTIONS = (("rows", "dense"), ("grouped", "grouped (contiguous, masked)"), ("wgrad", "weight gradients"))
+SECTIONS = (("rows", "dense"), ("grouped", "grouped (contiguous, masked, psum)"), ("bmm", "batched (bmm)"),
+            ("wgrad", "weight gradients"))
 
 
 def plot(result: dict, path: str) -> None:
@@ -611,7 +682,11 @@ def plot(result: dict, path: str) -> None:
     plt.close(fig)
 
 
-SUITES = ("dense", "contiguous", "masked", "wgrad", "k_grouped")
+# One suite per GEMM variant the registry serves on sm_90a, and the section of the result its rows go to (which also
+# picks its runner; tests/tools/test_variant_lists.py checks that every suite has one).
+SUITES = variants_on("sm_90a", gemm=True)
+SUITE_SECTION = dict(dense="rows", contiguous="grouped", masked="grouped", psum="grouped", bmm="bmm", wgrad="wgrad",
+                     k_grouped="wgrad")
 
 
 def parse_args(argv=None):
@@ -667,9 +742,12 @@ def main():
             geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
             results.summarize(geomean_ratio_vs_cublas=geo)
             print(f"geomean speedup over cuBLAS blockwise ({len(ratios)} shapes with k % 128 == 0): {geo:.3f}x")
-    if "contiguous" in args.suite or "masked" in args.suite:
+    sections = {SUITE_SECTION[s] for s in args.suite}
+    if "grouped" in sections:
         run_grouped_suites(args.suite, args.num_tests, results)
-    if {"wgrad", "k_grouped"} & set(args.suite):
+    if "bmm" in sections:
+        run_bmm_suite(args.num_tests, results)
+    if "wgrad" in sections:
         run_wgrad_suites(args.suite, args.num_tests, results)
     if "dense" in args.suite and not args.skip_host:
         host = host_overhead_us(args.host_batch)

@@ -1,7 +1,7 @@
 """deep_gemm: JIT-compiled FP8 GEMM kernels for NVIDIA Hopper, with DeepGEMM's API: its May-2025 names
 (`gemm_fp8_fp8_bf16_nt`, ...) and its v2 names (`fp8_gemm_nt`, `m_grouped_fp8_gemm_nt_contiguous`, ...), both served
 by the same ops."""
-from . import jit, testing, utils
+from . import jit, sm100_selftest, testing, utils  # sm100_selftest: registers the self-test's problems
 from .ops import (bmm_fp8_fp8_bf16_nt, gemm_fp8_fp8_bf16_nt, get_m_alignment_for_contiguous_layout,
                   k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
                   m_grouped_gemm_fp8_fp8_bf16_nt_masked,

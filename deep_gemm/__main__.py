@@ -9,6 +9,7 @@ import os
 import sys
 from typing import List, Optional, Tuple
 
+from ._version import __version__
 from .envs import read_env
 from .warmup import ARCHS, FAMILIES, MODELS, MoEModel, warmup
 
@@ -216,7 +217,6 @@ def _add_compile(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: `compile`, and `doctor` / `cache` when deep_gemm/doctor.py is installed."""
-    from . import __version__
     parser = _Parser(prog="python -m deep_gemm")
     parser.add_argument("--version", action="version", version=f"deep_gemm {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)

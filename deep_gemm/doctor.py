@@ -14,8 +14,12 @@ import sys
 import time
 from typing import Callable, List, Optional
 
+from ._version import __version__
 from .envs import VARIABLES, read_env
 from .jit.cache import Entry, KernelCache, prune_plan
+from .jit.compiler import NVCCCompiler, get_compiler
+from .jit.runtime import check
+from .runtime import get_launch_path
 
 
 def _probe(fn: Callable[[], object]) -> object:
@@ -26,7 +30,6 @@ def _probe(fn: Callable[[], object]) -> object:
 
 
 def _deep_gemm_version() -> str:
-    from . import __version__
     return __version__
 
 
@@ -40,26 +43,22 @@ def _cuda_bindings_version() -> str:
 
 
 def _nvrtc_version() -> str:
-    from .jit.compiler import get_compiler
     return get_compiler(False).loaded_identity()
 
 
 def _nvcc_version() -> str:
-    from .jit.compiler import NVCCCompiler
     nvcc = NVCCCompiler(read_env().jit_nvcc_path)
     return f"{nvcc.identity()} ({nvcc.path})"
 
 
 def _driver_version() -> str:
     from cuda.bindings import driver as cu
-    from .jit.runtime import check
     version = check(cu.cuDriverGetVersion())
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
 def _gpus() -> list:
     from cuda.bindings import driver as cu
-    from .jit.runtime import check
     err = cu.cuInit(0)[0]
     if err == cu.CUresult.CUDA_ERROR_NO_DEVICE:
         return []
@@ -77,7 +76,6 @@ def _gpus() -> list:
 
 
 def _launch_path() -> str:
-    from . import get_launch_path
     return get_launch_path()
 
 

@@ -1,17 +1,18 @@
 """The host runtime: the one path from a public GEMM call to a kernel launch.
 
 Every public GEMM is `_C.call(op, *args)` (csrc/launch.cpp). For a layout it has seen, `_C` launches through the
-layout's cached plan without entering Python. Otherwise it calls `_slow_path` below, which asks the op's kernel
-family (deep_gemm/launchers/) to validate the layout once (`normalise`: every error users see comes from there),
-then runs the call: per-call pointer checks, any layout conversion, the launch through `_C.launch`. When the call
-needed no conversion, the plan goes back to `_C` and later calls with that layout skip Python entirely.
+layout's cached plan without entering Python. Otherwise it calls `_slow_path` below, which asks the op's variant
+(deep_gemm/families/) to validate the layout once (`normalise`: every error users see comes from there), binds the
+layout to the family that serves the op on the device's architecture (the one arch dispatch, from `FAMILIES`, the
+registry), then runs the call: per-call pointer checks, any layout conversion, the launch through `_C.launch`. When
+the call needed no conversion, the plan goes back to `_C` and later calls with that layout skip Python entirely.
 
 Layouts are keyed by what `_C` reads (dtypes, devices, shapes, strides, host-int arguments) plus the `set_num_sms`
 cap, so alternating caps keeps a plan per cap warm.
 """
 import contextlib
 import enum
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -19,63 +20,76 @@ from ._c_loader import load_c
 
 _C = load_c()  # a missing or broken _C raises ImportError saying why (e.g. an unbuilt checkout shadowing the install)
 
+from . import device
+from .families import sf_layout, sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d, sm100_fp8_gemm_1d2d
+from .families.variant import ANY_ARCH, Family, Variant
 from .heuristics import common as heuristics_common
 from .jit.runtime import CUDADriverError
 
-__all__ = ["Op", "get_launch_path", "stats", "clear_plans", "forced_config", "set_compile_mode", "get_compile_mode"]
+__all__ = ["Op", "FAMILIES", "VARIANTS", "families_of", "variants_on", "get_launch_path", "stats", "clear_plans",
+           "forced_config", "set_compile_mode", "get_compile_mode"]
+
+# The registry: one line per kernel family (deep_gemm/families/). The `Op` numbers, the argument signatures `_C`
+# reads, compile mode's GEMMs, the arch dispatch and the variant lists of the warm-up and the tools derive from it.
+FAMILIES: Tuple[Family, ...] = (
+    sm90_fp8_gemm_1d2d.FAMILY,
+    sm90_fp8_wgrad_1d1d.FAMILY,
+    sm100_fp8_gemm_1d2d.FAMILY,
+    sf_layout.FAMILY,
+)
 
 
-class Op(enum.IntEnum):
-    """The public kernels (GEMMs and scale-layout transforms), as `_C` numbers them."""
-    DENSE = 0
-    M_GROUPED_CONTIGUOUS = 1
-    M_GROUPED_MASKED = 2
-    WGRAD = 3
-    K_GROUPED_WGRAD = 4
-    M_GROUPED_PSUM = 5  # the contiguous GEMM with DeepGEMM's psum layout (deep_gemm.m_grouped_fp8_gemm_nt_contiguous)
-    PACK_UE8M0 = 6            # deep_gemm.utils.get_mn_major_tma_aligned_packed_ue8m0_tensor
-    PACK_UE8M0_K_GROUPED = 7  # deep_gemm.utils.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor
-    BMM = 8                   # batched GEMM (deep_gemm.bmm_fp8_fp8_bf16_nt)
+def _variants() -> Tuple[Variant, ...]:
+    seen: Dict[str, Variant] = {}
+    for family in FAMILIES:
+        for variant in family.variants:
+            if seen.setdefault(variant.name, variant) is not variant:
+                raise AssertionError(f"two variants are named {variant.name!r}")
+    return tuple(seen.values())
 
 
-# How `_C` reads each op's arguments (csrc/launch.cpp ArgKind): a (tensor, scales) pair, a tensor, a host int
-# (part of the layout key), a host list of ints (part of the key).
-_PAIR, _TENSOR, _INT, _INT_LIST = 0, 1, 2, 3
-_SIGNATURES = {
-    Op.DENSE: (_PAIR, _PAIR, _TENSOR),
-    Op.M_GROUPED_CONTIGUOUS: (_PAIR, _PAIR, _TENSOR, _TENSOR),
-    Op.M_GROUPED_MASKED: (_PAIR, _PAIR, _TENSOR, _TENSOR, _INT),
-    Op.WGRAD: (_PAIR, _PAIR, _TENSOR),
-    Op.K_GROUPED_WGRAD: (_PAIR, _PAIR, _TENSOR, _INT_LIST),
-    Op.M_GROUPED_PSUM: (_PAIR, _PAIR, _TENSOR, _TENSOR, _INT, _INT),
-    Op.PACK_UE8M0: (_TENSOR, _TENSOR),
-    Op.PACK_UE8M0_K_GROUPED: (_TENSOR, _TENSOR, _TENSOR, _INT_LIST, _INT),
-    Op.BMM: (_PAIR, _PAIR, _TENSOR),
-}
+# Every variant once, in registry order: the public ops, as `_C` numbers them.
+VARIANTS: Tuple[Variant, ...] = _variants()
+Op = enum.IntEnum("Op", [(v.name.upper(), i) for i, v in enumerate(VARIANTS)], module=__name__)
+Op.__doc__ = "The public ops (GEMMs and scale-layout transforms), as `_C` numbers them: one per variant."
 
-_normalisers: Dict[Op, Callable] = {}
+
+def _dispatch() -> Dict[Tuple[str, str], Family]:
+    table: Dict[Tuple[str, str], Family] = {}
+    for family in FAMILIES:
+        for arch in family.archs:
+            for variant in family.variants:
+                if table.setdefault((variant.name, arch), family) is not family:
+                    raise AssertionError(f"two families serve {variant.name!r} on {arch}")
+    return table
+
+
+# (variant name, arch) -> the family that runs it there: the one arch dispatch.
+_DISPATCH = _dispatch()
+
 _layouts: Dict[tuple, object] = {}
 _MAX_LAYOUTS = 4096
-# The GEMMs, which compile mode turns into compile-only calls (the scale-layout transforms still run: their one
-# kernel is compiled once, and their results are what the GEMMs are then called with).
-_GEMMS = frozenset((Op.DENSE, Op.M_GROUPED_CONTIGUOUS, Op.M_GROUPED_MASKED, Op.WGRAD, Op.K_GROUPED_WGRAD,
-                    Op.M_GROUPED_PSUM, Op.BMM))
 _compile_mode = False
 
 
-def _register_families() -> None:
-    from .launchers import sf_layout, sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
-    _normalisers.update({
-        Op.DENSE: gemm_1d2d.normalise_dense,
-        Op.M_GROUPED_CONTIGUOUS: gemm_1d2d.normalise_contiguous,
-        Op.M_GROUPED_MASKED: gemm_1d2d.normalise_masked,
-        Op.WGRAD: wgrad_1d1d.normalise_wgrad,
-        Op.K_GROUPED_WGRAD: wgrad_1d1d.normalise_k_grouped,
-        Op.M_GROUPED_PSUM: gemm_1d2d.normalise_psum,
-        Op.PACK_UE8M0: sf_layout.normalise_pack,
-        Op.PACK_UE8M0_K_GROUPED: sf_layout.normalise_pack_k_grouped,
-        Op.BMM: gemm_1d2d.normalise_bmm,
-    })
+def families_of(variant: str, arch: str) -> Tuple[Family, ...]:
+    """The family that serves `variant` on `arch` (one, or none)."""
+    family = _DISPATCH.get((variant, arch)) or _DISPATCH.get((variant, ANY_ARCH))
+    return () if family is None else (family,)
+
+
+def variants_on(arch: str, gemm: Optional[bool] = None) -> Tuple[str, ...]:
+    """The names of the variants some family serves on `arch` (only the GEMMs, or only the others, with `gemm`), in
+    registry order: what the tuner, the benchmarks and the sanitizer driver cover."""
+    return tuple(v.name for v in VARIANTS if families_of(v.name, arch) and (gemm is None or v.gemm == gemm))
+
+
+def _bind(variant: Variant, layout) -> None:
+    """Give a layout that launches the family of its device's architecture."""
+    families = families_of(variant.name, layout.arch)
+    if not families:
+        raise NotImplementedError(f"{variant.public_name} has no kernel for {layout.arch} yet (device {layout.device})")
+    layout.family = families[0]
 
 
 def _slow_path(op: int, args: tuple, key: Optional[tuple]):
@@ -83,12 +97,15 @@ def _slow_path(op: int, args: tuple, key: Optional[tuple]):
     None. `key` is None when the call is not fast-path material (then nothing is cached here either)."""
     layout = _layouts.get(key) if key is not None else None
     if layout is None:
-        layout = _normalisers[op](*args)
+        variant = VARIANTS[op]
+        layout = variant.normalise(*args)
+        if layout.needs_kernel:
+            _bind(variant, layout)
         if key is not None:
             if len(_layouts) >= _MAX_LAYOUTS:
                 _layouts.clear()
             _layouts[key] = layout
-    if _compile_mode and op in _GEMMS:
+    if _compile_mode and VARIANTS[op].gemm:
         layout.load_kernel(*args)
         return None  # no plan for `_C`: while the mode is on, every GEMM call must come back here
     # NOTES: kernels launch in the current context, so tensors off the current device need a switch (without it
@@ -117,13 +134,8 @@ def clear_plans() -> None:
     """Forget every validated layout and cached plan (the next call of each layout validates again)."""
     _layouts.clear()
     _C.clear()
-    from .launchers import sf_layout, sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
-    from .launchers import sm100_fp8_gemm
-    gemm_1d2d.clear_kernels()
-    wgrad_1d1d.clear_kernels()
-    sf_layout.clear_kernels()
-    sm100_fp8_gemm.clear_kernels()
-    sm100_fp8_gemm.clear_plans()
+    for family in FAMILIES:
+        family.clear()
 
 
 def set_compile_mode(enabled: bool) -> None:
@@ -159,12 +171,23 @@ def forced_config(config):
         clear_plans()
 
 
+def call_unplanned(op: int, *args) -> None:
+    """Run one call through the Python path without caching its layout or giving `_C` a plan (the sm100 self-test's
+    problems, whose plans must not outlive a failing verdict)."""
+    _slow_path(op, args, None)
+
+
+def set_num_sms_cap(num_sms: Optional[int]) -> None:
+    """Record the `deep_gemm.set_num_sms` cap (None: none) for the families and for `_C`'s layout keys."""
+    device.set_num_sms_cap(num_sms)
+    _C.set_num_sms_cap(0 if num_sms is None else num_sms)
+
+
 def _init() -> None:
-    _register_families()
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     _C.init(_slow_path, raw_stream, CUDADriverError, torch.Tensor, torch.nn.Parameter,
             (torch.float8_e4m3fn, torch.float32, torch.bfloat16, torch.int32),
-            tuple(_SIGNATURES[op] for op in Op))
+            tuple(v.signature for v in VARIANTS))
 
 
 _init()

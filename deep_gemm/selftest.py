@@ -1,12 +1,14 @@
 """The first-use self-test gate of the sm100 kernel families.
 
 The sm_100a kernels were compiled and inspected (SASS) but never run on Blackwell hardware when they were written.
-So the first time a process launches a kernel family (e.g. "normal/fp32": the dense GEMM with FP32 scales) on a
-device, the family's launcher runs a few small ragged problems through it and compares them with a dequantised FP32
-reference (`ensure`). The verdict is cached per (device, family) for the life of the process: a passing family costs
-one dict lookup per new plan afterwards; a failing one raises `SelfTestError` now and at every later use, so an
-untested kernel never silently returns wrong numbers. DG_SM100_SELFTEST=0 turns the gate off (the kernels then run
-unchecked). Hopper (sm_90) launches never reach this module.
+So the first time a process launches one of their variants (e.g. "dense": the dense GEMM with FP32 scales,
+"dense_ue8m0": with UE8M0 scales) on a device, the family asks this gate to run a few small ragged problems through it
+and compare them with a dequantised FP32 reference (`ensure`; the problems are deep_gemm/sm100_selftest.py's,
+registered here with `register` because they call the public ops, above the families). The verdict is cached per
+(device, variant) for the life of the process: a passing one costs one dict lookup per new plan afterwards; a failing
+one raises `SelfTestError` now and at every later use, so an untested kernel never silently returns wrong numbers.
+DG_SM100_SELFTEST=0 turns the gate off (the kernels then run unchecked). Hopper (sm_90) launches never reach this
+module.
 """
 import threading
 import time
@@ -14,9 +16,8 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .envs import read_env
-from .testing import calc_diff
 
-__all__ = ["CaseResult", "SelfTestError", "ensure", "verdicts", "clear", "calc_diff", "wait_for",
+__all__ = ["CaseResult", "SelfTestError", "ensure", "verdicts", "clear", "wait_for", "register", "run_registered",
            "TIMEOUT_S"]
 
 # How long one self-test problem may run before it counts as hung (a wrong barrier protocol deadlocks rather than
@@ -42,6 +43,9 @@ class CaseResult:
         return self.error is None and self.diff < self.bound  # NaN diff: not ok
 
 
+# The registered problem runner: (kind, scales, device) -> results (deep_gemm/sm100_selftest.py).
+_problems: Optional[Callable[..., List["CaseResult"]]] = None
+
 _RUNNING = object()
 # (device key, family) -> "" (passed), a failure message, or _RUNNING (its self-test is running in this thread).
 _verdicts: Dict[Tuple, object] = {}
@@ -66,10 +70,10 @@ def device_key(device_index: int) -> Tuple:
 
 def _message(family: str, device: Tuple, failures: List[CaseResult]) -> str:
     lines = [f"{c.problem}: " + (c.error or f"calc_diff {c.diff:.3g} >= {c.bound:g}") for c in failures]
-    return (f"deep_gemm: the sm100 kernel family {family!r} FAILED its self-test on device {device[0]} ({device[1]}, "
-            f"sm_{device[2][0]}{device[2][1]}): its results are wrong on this device, so it will not be used. "
-            f"Failed problems: " + "; ".join(lines) + ". Please report this with `python -m deep_gemm doctor` output. "
-            f"DG_SM100_SELFTEST=0 skips the check (at your own risk).")
+    return (f"deep_gemm: the sm100 kernel of the {family!r} variant FAILED its self-test on device {device[0]} "
+            f"({device[1]}, sm_{device[2][0]}{device[2][1]}): its results are wrong on this device, so it will not be "
+            f"used. Failed problems: " + "; ".join(lines) + ". Please report this with `python -m deep_gemm doctor` "
+            f"output. DG_SM100_SELFTEST=0 skips the check (at your own risk).")
 
 
 def ensure(device_index: int, family: str, runner: Callable[[], List[CaseResult]],
@@ -111,3 +115,17 @@ def clear() -> None:
     """Forget every verdict (tests)."""
     with _lock:
         _verdicts.clear()
+
+
+def register(problems: Callable[..., List[CaseResult]]) -> None:
+    """Set the function that runs a family's self-test problems (deep_gemm/sm100_selftest.py does, on import)."""
+    global _problems
+    _problems = problems
+
+
+def run_registered(*args) -> List[CaseResult]:
+    """Run the registered problems with `args` (a runner for `ensure`)."""
+    if _problems is None:
+        raise RuntimeError("no self-test problems are registered (deep_gemm.sm100_selftest registers them when "
+                           "deep_gemm is imported)")
+    return _problems(*args)

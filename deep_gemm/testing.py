@@ -8,6 +8,7 @@ from typing import Callable, Iterable, Optional, Tuple, Union
 
 import torch
 
+from . import runtime
 from .utils.math import FP8_MAX, per_block_cast_to_fp8, per_channel_cast_to_fp8, per_token_cast_to_fp8  # noqa: F401
 
 __all__ = ["per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8", "dequant_per_token",
@@ -236,19 +237,16 @@ def forced_config(config):
     """Context manager: calls inside the block run kernel configuration `config` (a
     `deep_gemm.heuristics.GemmConfig`) instead of the heuristic's pick; every cached plan is dropped on entry and
     exit. For tests and tuning sweeps (tools/tune.py), not for production."""
-    from .runtime import forced_config as _forced
-    return _forced(config)
+    return runtime.forced_config(config)
 
 
 def launch_stats() -> dict:
     """Counters of the launch module: "fast" (launched without entering Python), "slow" (through the Python
     path), "registered" (plans handed to the C++ table so far), "plans" (held now)."""
-    from .runtime import stats
-    return stats()
+    return runtime.stats()
 
 
 def clear_plans() -> None:
     """Forget every validated layout, cached plan and loaded kernel handle (the next call of each layout is a
     first call again; the on-disk kernel cache is kept)."""
-    from .runtime import clear_plans as _clear
-    _clear()
+    runtime.clear_plans()

@@ -1,7 +1,8 @@
 """Ahead-of-time warm-up: compile into the disk cache exactly the kernels the runtime will load for a set of GEMM
 shapes or a model description, in parallel processes, so that no call of a serving or training job waits for a compile.
 
-The kernel lists come from the launchers (`runtime_kernels`, `kernel_choice`), the functions their own calls use.
+The kernel lists come from the kernel families the runtime's registry dispatches each variant to (`Family.kernels`,
+built on the functions their own calls use).
 
 Several ranks on one node (torch.distributed): only the node's compile leader (`is_compile_leader`) spawns compile
 workers. The other ranks spawn none: they watch the disk cache fill, and once it stops filling (the leader is done, or
@@ -9,8 +10,6 @@ has been idle for `leader_timeout_s`) they build whatever is still missing thems
 cache's per-kernel lock makes such a build wait for a compile the leader is running and then load its result, so
 every rank ends with every kernel cached and each kernel is compiled once on the node.
 """
-import functools
-import os
 import sys
 import threading
 import time
@@ -20,35 +19,23 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 
 from . import jit
-from .heuristics import KernelType
+from .device import get_num_sms
 from .heuristics.common import ceil_div
+from .jit.leader import is_compile_leader
 from .jit.parallel import missing
-from .launchers import sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
-from .utils import get_num_sms
+from .runtime import VARIANTS, families_of
 from .utils.layout import get_mk_alignment_for_contiguous_layout
 
 __all__ = ["warmup", "MoEModel", "MODELS", "model_shapes", "is_compile_leader", "FAMILIES"]
 
-FAMILIES = ("dense", "contiguous", "masked", "psum", "wgrad", "k_grouped", "bmm")
+# The variants a warm-up takes shapes of (the registry's, deep_gemm.runtime.VARIANTS), by name.
+_WARMUP = tuple(v for v in VARIANTS if v.warmup_fields is not None)
+_BY_NAME = {v.name: v for v in _WARMUP}
+FAMILIES = tuple(_BY_NAME)
 ARCHS = ("sm_90a", "sm_100a")
 DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
 DEFAULT_NUM_SMS_SM100 = 148  # B200
 _POLL_S = 0.5
-
-
-def is_compile_leader() -> bool:
-    """Whether this process compiles for its node: yes outside torch.distributed; under it, local rank 0
-    (LOCAL_RANK, set by torchrun), or global rank 0 (RANK) of a WORLD_SIZE > 1 job that sets no LOCAL_RANK.
-    Unreadable values count as a leader (compiling twice is safe, waiting for nobody is not)."""
-    try:
-        local = os.environ.get("LOCAL_RANK", "").strip()
-        if local:
-            return int(local) == 0
-        if int(os.environ.get("WORLD_SIZE", "1").strip() or 1) > 1:
-            return int(os.environ.get("RANK", "0").strip() or 0) == 0
-    except ValueError:
-        pass
-    return True
 
 
 @dataclass(frozen=True)
@@ -143,60 +130,37 @@ def _shape(item, family: str, fields: Tuple[str, ...]) -> tuple:
     return tuple(item)
 
 
-# The 1d2d kernel family's shape kinds (dense, grouped, batched), as `warmup` names them.
-_GEMM_KINDS = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
-               "masked": KernelType.M_GROUPED_MASKED, "psum": KernelType.M_GROUPED_PSUM, "bmm": KernelType.BATCHED}
-
-
-def _gemm_shape(family: str, item, ms: Optional[Tuple[int, ...]]):
-    """(kind, n, k, groups, ms) of one shape of a 1d2d-family `family` (see `warmup`): the kernels of masked,
-    psum and bmm shapes depend on their expected_m / m values, which replace `ms`."""
-    if family == "dense":
-        (n, k), groups = _shape(item, family, ("n", "k")), 1
-    elif family == "contiguous":
-        n, k, groups = _shape(item, family, ("n", "k", "num_groups"))
-    else:
-        rows = "m" if family == "bmm" else "expected_m"
-        n, k, groups, expected = _shape(item, family, ("n", "k", "num_batches" if family == "bmm" else "num_groups",
-                                                       rows))
-        ms = _expected_ms(expected, rows)
-    _positive(n=n, k=k, num_groups=groups)
-    return _GEMM_KINDS[family], n, k, groups, ms
+def _variant_sources(variant, item, ms: Optional[Tuple[int, ...]], num_sms: int, arch: str) -> List:
+    """The kernels one warm-up shape of `variant` loads on `arch`: those of every variant warmed up under its name
+    (on sm_100, dense also warms dense_ue8m0 up, ...), from the families the runtime dispatches them to. The kernels
+    of masked, psum and bmm shapes depend on their expected_m / m values, which replace `ms`."""
+    fields = variant.warmup_fields
+    shape = dict(zip(fields, _shape(item, variant.name, fields)))
+    if fields[-1] in ("expected_m", "m") and "k" in fields:
+        ms = _expected_ms(shape.pop(fields[-1]), fields[-1])
+    _positive(**shape)
+    alignment = get_mk_alignment_for_contiguous_layout()
+    sources = []
+    for v in VARIANTS:
+        if v.name == variant.name or v.warmup_as == variant.name:
+            for family in families_of(v.name, arch):
+                sources += family.kernels(v.name, shape, ms, num_sms, arch, alignment)
+    if not sources:
+        served = [v.name for v in _WARMUP if families_of(v.name, arch)]
+        raise ValueError(f"no {arch} kernel for the {variant.name} family ({arch}: {', '.join(served)})")
+    return sources
 
 
 def _family_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: int, arch: str) -> List:
-    """The kernels one shape of `family` loads (see `warmup`); errors name the shape."""
-    where = f"{family} shape {item!r}"
+    """The kernels one shape of `family` (a variant name) loads (see `warmup`); errors name the shape."""
     try:
-        if arch == "sm_100a":
-            return _sm100_sources(family, item, ms, num_sms, arch)
-        if family in ("wgrad", "k_grouped"):
-            m, n, groups = _shape(item, family, ("m", "n", "num_groups")) if family == "k_grouped" else \
-                _shape(item, family, ("m", "n")) + (1,)
-            _positive(m=m, n=n, num_groups=groups)
-            return [wgrad_1d1d.kernel_source(n, *wgrad_1d1d.kernel_choice(m, n, groups, num_sms))]
-        kind, n, k, groups, ms = _gemm_shape(family, item, ms)
-        alignment = get_mk_alignment_for_contiguous_layout() if family == "psum" else 0
-        return gemm_1d2d.runtime_kernels(n, k, num_sms, arch, kind, ms, groups, alignment)
+        return _variant_sources(_BY_NAME[family], item, ms, num_sms, arch)
     except (TypeError, ValueError) as e:
-        raise type(e)(f"{where}: {e}") from None
-
-
-def _sm100_sources(family: str, item, ms: Optional[Tuple[int, ...]], num_sms: int, arch: str) -> List:
-    """`_family_sources` for sm_100a: the sm100 family's kernels (launchers/sm100_fp8_gemm.py) of the dense,
-    contiguous and masked GEMMs, in both scale paths (the May-2025 names load the FP32 one, DeepGEMM's v2 names
-    the UE8M0 one unless disable_ue8m0_cast=True)."""
-    from .heuristics.sm100 import SCALE_PATHS
-    from .launchers import sm100_fp8_gemm
-    if family not in ("dense", "contiguous", "masked"):
-        raise ValueError(f"no {arch} kernel for the {family} family (sm_100a: dense, contiguous and masked)")
-    kind, n, k, groups, ms = _gemm_shape(family, item, ms)
-    return [s for scales in SCALE_PATHS
-            for s in sm100_fp8_gemm.runtime_kernels(n, k, num_sms, arch, kind, ms, groups, scales)]
+        raise type(e)(f"{family} shape {item!r}: {e}") from None
 
 
 class _Progress:
-    """A tqdm bar when tqdm is installed (pip install deep_gemm[progress]), else a plain line every 10%."""
+    """A tqdm bar when tqdm is installed (pip install deepgemm-sm90[progress]), else a plain line every 10%."""
 
     def __init__(self, total: int, done: int, enabled: bool, what: str):
         self.total, self.done, self.enabled, self.what = total, done, enabled, what
@@ -233,15 +197,16 @@ def _watch(todo: list, arch: str, progress: _Progress, stop: threading.Event, ba
         progress.update(base + len(todo) - len(missing(todo, arch)))
 
 
-def _mark_variant_groups(shapes: dict, num_sms: int, arch: str) -> None:
-    """Record each dense / contiguous (n, k) as complete (`jit.build_group`), so that its first call in a serving
-    process checks one marker instead of enumerating and hashing every variant (all built by now: nothing is
-    compiled here)."""
-    for family in ("dense", "contiguous"):
-        for item in shapes[family]:
-            kind, n, k, _, _ = _gemm_shape(family, item, None)
-            jit.build_group(gemm_1d2d.variants_group(n, k, num_sms, arch, kind),
-                            functools.partial(gemm_1d2d.runtime_kernels, n, k, num_sms, arch, kind), arch)
+def _mark_complete_groups(shapes: dict, num_sms: int, arch: str) -> None:
+    """Give each shape's family its first-sight precompile (`Family.precompile`), which finds every kernel built by
+    now and records the shape's group as complete: a serving process's first call of that shape then checks the
+    group's cache entries instead of enumerating every variant the heuristic can pick."""
+    for name, items in shapes.items():
+        fields = _BY_NAME[name].warmup_fields
+        for family in families_of(name, arch):
+            if family.precompile is not None:
+                for item in items:
+                    family.precompile(name, dict(zip(fields, item)), num_sms, arch)
 
 
 def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (), psum: Iterable = (),
@@ -274,8 +239,9 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
     _positive(num_sms=num_sms)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs must be an int >= 0 (0: one per CPU, at most 16), got {jobs!r}")
-    shapes = {"dense": list(dense), "contiguous": list(contiguous), "masked": list(masked), "psum": list(psum),
-              "wgrad": list(wgrad), "k_grouped": list(k_grouped), "bmm": list(bmm)}
+    given = dict(dense=dense, contiguous=contiguous, masked=masked, psum=psum, wgrad=wgrad, k_grouped=k_grouped,
+                 bmm=bmm)
+    shapes = {name: list(given[name]) for name in FAMILIES}
     if model is not None:
         if not isinstance(model, MoEModel):
             raise TypeError(f"model must be a deep_gemm.warmup.MoEModel, got {type(model).__name__}")
@@ -336,8 +302,8 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
             except Exception as e:  # report every failure, keep building the others
                 failures.append(dict(kernel=s.instantiation(), error=f"{type(e).__name__}: {e}"))
             bar.update(bar.done + 1)
-        if not failures and ms is None and arch == "sm_90a":
-            _mark_variant_groups(shapes, num_sms, arch)
+        if not failures and ms is None and leader:
+            _mark_complete_groups(shapes, num_sms, arch)
     finally:
         bar.close()
     compiled = jit.stats()["compiled"] - before["compiled"]

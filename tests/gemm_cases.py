@@ -165,6 +165,10 @@ class Case:
     def run(self) -> None:
         self.fn(*self.args)
 
+    def reset(self) -> None:
+        """Back to the output's state before the first call."""
+        self.guarded.reset()
+
     def check(self) -> None:
         """Synchronise, then check guards and values (after exactly one call since `reset`)."""
         torch.cuda.synchronize(self.out.device)
@@ -379,6 +383,48 @@ def build_masked(p: dict, device, seed: int) -> Case:
                 (lhs, rhs, g.out, masked_m, p["expected_m"]), g, checker, dict(ref=ref, counts=counts))
 
 
+# ---- m_grouped_fp8_gemm_nt_contiguous(..., use_psum_layout=True): not a SPECS entry (a v2 name with keyword
+# arguments, not a torch custom op), built for tools/gpu_check.py's sanitizer driver
+
+def build_psum(p: dict, device, seed: int) -> Case:
+    """Experts' rows in the psum layout: expert g's rows are [align(ends[g - 1]), ends[g]); rows outside every
+    expert must stay untouched. p: sizes, n (a multiple of 8), k, expected_m (0: none given)."""
+    sizes, n, k = p["sizes"], p["n"], p["k"]
+    align = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    ends, start = [], 0
+    for s in sizes:
+        ends.append(start + s)
+        start = (start + s + align - 1) // align * align
+    m = max(start, 1)
+    gen = _gen(device, seed)
+    a8, sa, a_deq, a = quant_rows(m, k, gen, device)
+    b8, sb, b_deq, b = quant_blocks(len(sizes), n, k, gen, device)
+    valid = torch.zeros(m, dtype=torch.bool, device=device)
+    ref = torch.zeros((m, n), device=device)
+    ref_bf16 = torch.zeros((m, n), device=device)
+    for g, end in enumerate(ends):
+        first = 0 if g == 0 else (ends[g - 1] + align - 1) // align * align
+        valid[first:end] = True
+        ref[first:end] = a_deq[first:end] @ b_deq[g].t()
+        ref_bf16[first:end] = a[first:end].float() @ b[g].float().t()
+    layout = torch.tensor(ends, dtype=torch.int32, device=device)
+    g = Guarded((m, n), torch.bfloat16, device)
+
+    def checker(case: Case) -> None:
+        untouched = case.guarded.untouched()
+        assert not bool(untouched[valid].any()), f"{case.desc}: experts' rows left unwritten"
+        assert bool(untouched[~valid].all()), f"{case.desc}: rows outside every expert were written"
+        if bool(valid.any()):
+            _assert_close(case.out[valid], ref[valid], ref_bf16[valid], case.desc)
+
+    expected = p.get("expected_m") or None
+    # Positional: (a, b, d, grouped_layout, recipe, recipe_a, recipe_b, compiled_dims, disable_ue8m0_cast,
+    # use_psum_layout, ensure_zero_padding, expected_m_for_psum_layout).
+    args = ((a8, sa), (b8, sb), g.out, layout, None, None, None, "nk", False, True, True, expected)
+    return Case("m_grouped_fp8_gemm_nt_contiguous", f"psum sizes={sizes} n={n} k={k} expected_m={expected}", args, g,
+                checker)
+
+
 # ---- wgrad_gemm_fp8_fp8_fp32_nt
 
 WGRAD_N = [1, 7, 100, 512, 2112, 4100, 7168]
@@ -537,6 +583,64 @@ def build_bmm(p: dict, device, seed: int) -> Case:
 
     return Case("bmm_fp8_fp8_bf16_nt", f"bmm B={batches} m={m} n={n} k={k} xs={p.get('sa_form', 'rows')}",
                 (lhs, rhs, g.out), g, checker, dict(ref=ref))
+
+
+# ---- the scale-layout transforms (UE8M0 packing): not GEMMs, built for tools/gpu_check.py's sanitizer driver
+
+def packed_ue8m0_reference(sf: torch.Tensor) -> torch.Tensor:
+    """Independent reference of the UE8M0 packing: [.., mn, k'] float32 -> [.., mn, ceil(k'/4)] int32 values."""
+    exponents = ((sf.contiguous().view(torch.int32) >> 23) & 0xFF).to(torch.int64)
+    pad = (-sf.shape[-1]) % 4
+    exponents = torch.nn.functional.pad(exponents, (0, pad))
+    e = exponents.view(*exponents.shape[:-1], -1, 4)
+    word = e[..., 0] | (e[..., 1] << 8) | (e[..., 2] << 16) | (e[..., 3] << 24)
+    return torch.where(word >= 1 << 31, word - (1 << 32), word).to(torch.int32)
+
+
+@dataclass
+class PackCase:
+    """One call of a packing transform (it allocates its output): `run` packs, `check` compares with the reference."""
+    desc: str
+    call: Callable[[], torch.Tensor]
+    expected: torch.Tensor
+    result: Optional[torch.Tensor] = None
+
+    def reset(self) -> None:
+        self.result = None
+
+    def run(self) -> None:
+        self.result = self.call()
+
+    def check(self) -> None:
+        torch.cuda.synchronize(self.expected.device)
+        assert self.result is not None and torch.equal(self.result, self.expected), f"{self.desc}: wrong packing"
+
+
+def build_pack(p: dict, device, seed: int) -> PackCase:
+    """get_mn_major_tma_aligned_packed_ue8m0_tensor of power-of-two scales; p: shape, transposed."""
+    shape = tuple(p["shape"])
+    sf = deep_gemm.utils.ceil_to_ue8m0(torch.rand(shape, device=device, generator=_gen(device, seed)) + 1e-3)
+    if p["transposed"]:
+        sf = sf.mT.contiguous().mT
+    return PackCase(f"pack sf {shape} transposed={p['transposed']}",
+                    lambda: deep_gemm.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf), packed_ue8m0_reference(sf))
+
+
+def build_pack_k_grouped(p: dict, device, seed: int) -> PackCase:
+    """get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor; p: ks, gran_k, mn."""
+    ks, gran_k, mn = p["ks"], p["gran_k"], p["mn"]
+    rows = sum((k + gran_k - 1) // gran_k for k in ks)
+    sf = deep_gemm.utils.ceil_to_ue8m0(torch.rand((rows, mn), device=device, generator=_gen(device, seed)) + 1e-3)
+    layout = torch.tensor(ks, dtype=torch.int32, device=device)
+    parts, start = [], 0
+    for k in ks:
+        kb = (k + gran_k - 1) // gran_k
+        parts.append(packed_ue8m0_reference(sf[start:start + kb].T).T)
+        start += kb
+    return PackCase(f"pack k-grouped ks={ks[:8]} gran_k={gran_k} mn={mn}",
+                    lambda: deep_gemm.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, layout, ks, gran_k,
+                                                                                            32),
+                    torch.cat(parts))
 
 
 # ---------------------------------------------------------------- registry

@@ -4,7 +4,7 @@ from typing import Dict, Tuple
 
 from deep_gemm.heuristics import KernelType
 from deep_gemm.heuristics.sm100 import NUM_SMS_B200, SCALE_PATHS
-from deep_gemm.launchers import sm100_fp8_gemm
+from deep_gemm.families import sm100_fp8_gemm_1d2d
 
 ARCH = "sm_100a"
 # DeepGEMM's test_core.py: dense m x (k, n); contiguous (groups, expected m per group, k, n); masked (groups, expected
@@ -23,8 +23,8 @@ def deepgemm_test_instantiations(num_sms: int = NUM_SMS_B200) -> Dict[str, Tuple
 
     def add(kind, n, k, ms, groups, scales):
         for m in ms:
-            config = sm100_fp8_gemm.kernel_config(m, n, k, num_sms, ARCH, kind, groups, scales)
-            source = sm100_fp8_gemm.kernel_source(n, k, config, kind)
+            config = sm100_fp8_gemm_1d2d.kernel_config(m, n, k, num_sms, ARCH, kind, groups, scales)
+            source = sm100_fp8_gemm_1d2d.kernel_source(n, k, config, kind)
             found.setdefault(source.instantiation(), (source, config))
 
     for scales in SCALE_PATHS:

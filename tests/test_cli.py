@@ -10,7 +10,7 @@ import deep_gemm
 from deep_gemm.__main__ import main as cli_main
 from deep_gemm.heuristics import GemmProblem, KernelType, get_config
 from deep_gemm.heuristics.sm90 import sm90_kernel_variants
-from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_source
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(deep_gemm.__file__)))
 
@@ -205,7 +205,7 @@ def test_subcommands_of_doctor_are_added_when_it_exists():
 def test_compile_for_sm100a_writes_cubins(tmp_path, cache_dir):
     """`compile --arch sm_100a` (no Blackwell GPU needed) builds the sm100 family's kernels of the shape, both scale
     paths, into the cache: one cubin per kernel."""
-    from deep_gemm.launchers import sm100_fp8_gemm
+    from deep_gemm.families import sm100_fp8_gemm_1d2d
     summary_file = tmp_path / "summary.json"
     result = run_cli(["compile", "--arch", "sm_100a", "--m", "128", "--n", "512", "--k", "256", "--only-m",
                       "--jobs", "2", "--json", str(summary_file)], cache_dir)
@@ -214,7 +214,7 @@ def test_compile_for_sm100a_writes_cubins(tmp_path, cache_dir):
     assert summary["failures"] == [] and summary["arch"] == "sm_100a" and summary["kernels"] >= 2
     expected = set()
     for scales in ("fp32", "ue8m0"):
-        expected |= names(sm100_fp8_gemm.runtime_kernels(512, 256, 148, "sm_100a", ms=[128], scales=scales))
+        expected |= names(sm100_fp8_gemm_1d2d.runtime_kernels(512, 256, 148, "sm_100a", ms=[128], scales=scales))
     assert cached_instantiations(cache_dir) == expected
     for entry in entries(cache_dir):
         cubins = [f for f in os.listdir(os.path.join(str(cache_dir), "cache", entry)) if f.endswith(".cubin")]

@@ -89,10 +89,10 @@ class _Stop(Exception):
     pass
 
 
-def test_launchers_log_the_chosen_config(no_flags, capsys, monkeypatch):
-    """DG_PRINT_CONFIGS through the real launchers (stopped before they need a GPU)."""
+def test_families_log_the_chosen_config(no_flags, capsys, monkeypatch):
+    """DG_PRINT_CONFIGS through the real families (stopped before they need a GPU)."""
     from deep_gemm.heuristics import KernelType
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d as dense, sm90_fp8_wgrad_1d1d as wgrad
+    from deep_gemm.families import sm90_fp8_gemm_1d2d as dense, sm90_fp8_wgrad_1d1d as wgrad
 
     def stop(device_index):
         raise _Stop
@@ -106,6 +106,6 @@ def test_launchers_log_the_chosen_config(no_flags, capsys, monkeypatch):
     with pytest.raises(_Stop):
         wgrad._kernel(4096, 7168, 1, 132, 0, "sm_90a")
     lines = capsys.readouterr().err.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["[deep_gemm.configs] normal m=4096 n=7168 k=2048 groups=1",
+    assert [line.split(":")[0] for line in lines] == ["[deep_gemm.configs] dense m=4096 n=7168 k=2048 groups=1",
                                                       "[deep_gemm.configs] wgrad m=4096 n=7168 groups=1"]
     assert all(": GemmConfig(block_m=" in line for line in lines)

@@ -23,42 +23,42 @@ class FakeRunner:
 
     def __call__(self):
         self.calls += 1
-        return [selftest.CaseResult(f"normal m={i} n=72 k=208", d, self.bound, self.error if i == 0 else None)
+        return [selftest.CaseResult(f"dense m={i} n=72 k=208", d, self.bound, self.error if i == 0 else None)
                 for i, d in enumerate(self.diffs)]
 
 
 def test_passing_family_runs_once_per_device_and_family():
     runner = FakeRunner([1e-7, 3e-7])
     for _ in range(3):
-        selftest.ensure(0, "normal/fp32", runner, key=DEVICE)
+        selftest.ensure(0, "dense", runner, key=DEVICE)
     assert runner.calls == 1
-    selftest.ensure(1, "normal/fp32", runner, key=OTHER_DEVICE)
-    selftest.ensure(0, "normal/ue8m0", runner, key=DEVICE)
+    selftest.ensure(1, "dense", runner, key=OTHER_DEVICE)
+    selftest.ensure(0, "dense_ue8m0", runner, key=DEVICE)
     assert runner.calls == 3
-    assert selftest.verdicts() == {(DEVICE, "normal/fp32"): True, (OTHER_DEVICE, "normal/fp32"): True,
-                                   (DEVICE, "normal/ue8m0"): True}
+    assert selftest.verdicts() == {(DEVICE, "dense"): True, (OTHER_DEVICE, "dense"): True,
+                                   (DEVICE, "dense_ue8m0"): True}
 
 
 def test_failing_family_raises_a_clear_error_every_time():
     runner = FakeRunner([1e-7, 0.5])
     with pytest.raises(selftest.SelfTestError) as info:
-        selftest.ensure(0, "m_grouped_masked/fp32", runner, key=DEVICE)
+        selftest.ensure(0, "masked", runner, key=DEVICE)
     message = str(info.value)
-    assert "'m_grouped_masked/fp32' FAILED its self-test on device 0 (NVIDIA B200, sm_100)" in message
-    assert "normal m=1 n=72 k=208: calc_diff 0.5 >= 1e-05" in message and "DG_SM100_SELFTEST=0" in message
+    assert "the sm100 kernel of the 'masked' variant FAILED its self-test on device 0 (NVIDIA B200, sm_100)" in message
+    assert "dense m=1 n=72 k=208: calc_diff 0.5 >= 1e-05" in message and "DG_SM100_SELFTEST=0" in message
     assert "m=0" not in message  # only the failed problems are listed
     # Cached: the next use raises the same error without running again.
     with pytest.raises(selftest.SelfTestError, match="FAILED"):
-        selftest.ensure(0, "m_grouped_masked/fp32", runner, key=DEVICE)
+        selftest.ensure(0, "masked", runner, key=DEVICE)
     assert runner.calls == 1
-    assert selftest.verdicts() == {(DEVICE, "m_grouped_masked/fp32"): False}
+    assert selftest.verdicts() == {(DEVICE, "masked"): False}
     assert issubclass(selftest.SelfTestError, RuntimeError)
 
 
 @pytest.mark.parametrize("diffs, error", [([float("nan")], None), ([0.0], "wrote rows beyond masked_m"), ([], None)])
 def test_nan_other_errors_and_empty_runs_fail(diffs, error):
     with pytest.raises(selftest.SelfTestError):
-        selftest.ensure(0, "normal/fp32", FakeRunner(diffs, error=error), key=DEVICE)
+        selftest.ensure(0, "dense", FakeRunner(diffs, error=error), key=DEVICE)
 
 
 def test_launches_inside_the_runner_pass_through():
@@ -66,11 +66,11 @@ def test_launches_inside_the_runner_pass_through():
 
     def runner():
         # The self-test's own launches reach `ensure` again for the same family: they must not recurse.
-        selftest.ensure(0, "normal/fp32", lambda: pytest.fail("re-entered the self-test"), key=DEVICE)
+        selftest.ensure(0, "dense", lambda: pytest.fail("re-entered the self-test"), key=DEVICE)
         inner_calls.append(1)
         return [selftest.CaseResult("p", 0.0, 1e-5)]
 
-    selftest.ensure(0, "normal/fp32", runner, key=DEVICE)
+    selftest.ensure(0, "dense", runner, key=DEVICE)
     assert inner_calls == [1]
 
 
@@ -79,10 +79,10 @@ def test_runner_exception_leaves_no_verdict():
         raise RuntimeError("CUDA error: out of memory")
 
     with pytest.raises(RuntimeError, match="out of memory"):
-        selftest.ensure(0, "normal/fp32", broken, key=DEVICE)
+        selftest.ensure(0, "dense", broken, key=DEVICE)
     assert selftest.verdicts() == {}
     runner = FakeRunner([0.0])
-    selftest.ensure(0, "normal/fp32", runner, key=DEVICE)
+    selftest.ensure(0, "dense", runner, key=DEVICE)
     assert runner.calls == 1
 
 
@@ -90,7 +90,7 @@ def test_runner_exception_leaves_no_verdict():
 def test_env_var_turns_the_gate_off(monkeypatch, value):
     monkeypatch.setenv("DG_SM100_SELFTEST", value)
     runner = FakeRunner([0.9])
-    selftest.ensure(0, "normal/fp32", runner, key=DEVICE)  # a failing family, but the gate is off
+    selftest.ensure(0, "dense", runner, key=DEVICE)  # a failing family, but the gate is off
     assert runner.calls == 0 and selftest.verdicts() == {}
 
 
@@ -103,9 +103,9 @@ def test_hopper_launches_never_reach_the_gate():
     """The sm90 family's modules do not import the gate; only the sm100 launcher calls it."""
     import inspect
 
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d, sm100_fp8_gemm
+    from deep_gemm.families import sm90_fp8_gemm_1d2d, sm100_fp8_gemm_1d2d
     assert "selftest" not in inspect.getsource(sm90_fp8_gemm_1d2d)
-    assert "selftest.ensure(" in inspect.getsource(sm100_fp8_gemm.build_plan)
+    assert "selftest.ensure(" in inspect.getsource(sm100_fp8_gemm_1d2d.build_plan)
 
 
 def test_wait_for_times_out_on_a_hung_device():

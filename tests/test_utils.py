@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import deep_gemm
-from deep_gemm import utils
+from deep_gemm import device
 from deep_gemm.utils import align, ceil_div, get_col_major_tma_aligned_tensor, get_tma_aligned_size
 
 
@@ -95,19 +95,19 @@ def no_sms_cap():
 def test_set_num_sms_type_errors(no_sms_cap, value):
     with pytest.raises(TypeError, match="num_sms must be an int"):
         deep_gemm.set_num_sms(value)
-    assert utils._num_sms_cap is None
+    assert device.num_sms_cap() is None
 
 
 @pytest.mark.parametrize("value", [0, -1])
 def test_set_num_sms_value_errors(no_sms_cap, value):
     with pytest.raises(ValueError, match="num_sms must be >= 1"):
         deep_gemm.set_num_sms(value)
-    assert utils._num_sms_cap is None
+    assert device.num_sms_cap() is None
 
 
 def test_set_num_sms_caps_get_num_sms(no_sms_cap):
     deep_gemm.set_num_sms(8)
-    assert utils._num_sms_cap == 8
+    assert device.num_sms_cap() == 8
     assert deep_gemm.get_num_sms() == 8
 
 

@@ -1,4 +1,4 @@
-"""deep_gemm.warmup (deep_gemm/warmup.py): which kernels it builds (the launchers' own lists), the model shapes,
+"""deep_gemm.warmup (deep_gemm/warmup.py): which kernels it builds (the families' own lists), the model shapes,
 argument errors, and the one-compiler-per-node protocol."""
 import json
 import os
@@ -11,7 +11,7 @@ import deep_gemm
 from deep_gemm import jit
 from deep_gemm.heuristics import KernelType
 from deep_gemm.heuristics.sm90 import sm90_kernel_variants
-from deep_gemm.launchers import sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
+from deep_gemm.families import sm90_fp8_gemm_1d2d as gemm_1d2d, sm90_fp8_wgrad_1d1d as wgrad_1d1d
 from deep_gemm.warmup import MODELS, is_compile_leader, model_shapes
 
 ARCH = "sm_90a"
@@ -46,7 +46,7 @@ def test_dense_builds_the_runtime_variants_once(cache_dir):
     assert (again["compiled"], again["cached"]) == (0, len(expected))
 
 
-def test_grouped_and_wgrad_kernels_are_the_launchers_choices(cache_dir):
+def test_grouped_and_wgrad_kernels_are_the_families_choices(cache_dir):
     """masked: one kernel per expected_m the calls pass; wgrad / k-grouped: the launcher's kernel_choice."""
     summary = deep_gemm.warmup(masked=[(256, 128, 4, [8, 200])], wgrad=[(128, 256)], k_grouped=[(128, 256, 5)],
                                num_sms=132, progress=False)

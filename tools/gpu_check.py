@@ -6,7 +6,8 @@ Usage: python -m tools.gpu_check OUTDIR [--stages tests sanitizer bench] [--comp
                                  [--families NAME ...] [--sanitizer-tools memcheck racecheck synccheck]
                                  [--bench-args "--suite dense --skip-host"]
        python -m tools.gpu_check --driver [--families NAME ...]
-  --driver: the process compute-sanitizer runs: every family (every public GEMM of tests/gemm_cases.py) at
+  --driver: the process compute-sanitizer runs: every variant the registry serves on sm_90a
+  (deep_gemm.runtime.variants_on: the GEMMs, psum and bmm included, and the scale-layout transforms) at
   representative and edge shapes, each call checked (guard bands and values) and run twice (cold and warm launch
   paths), plus hostile inputs whose values are undefined but must stay memory-safe (broken contiguous indices,
   out-of-range masked_m). The sanitizer step also runs three forced dense configs (multicast, straddling, ragged k)
@@ -20,26 +21,43 @@ import shlex
 import subprocess
 import sys
 
-from tests.gemm_cases import SPEC_BY_NAME
+from deep_gemm.runtime import VARIANTS, variants_on
+from tests.gemm_cases import SPEC_BY_NAME, build_pack, build_pack_k_grouped, build_psum
 
 STAGES = ("tests", "sanitizer", "bench")
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
-PROBLEMS = {
-    "gemm_fp8_fp8_bf16_nt": [dict(m=1024, n=2112, k=7168), dict(m=1, n=7, k=16), dict(m=129, n=4100, k=200),
+# The variants the driver runs (tests/tools/test_variant_lists.py checks that each has problems and a builder).
+FAMILIES = variants_on("sm_90a")
+# Problems per variant; a GEMM with a tests/gemm_cases.py SPECS entry and none listed here runs its spec's small one.
+_LISTED = {
+    "dense": [dict(m=1024, n=2112, k=7168), dict(m=1, n=7, k=16), dict(m=129, n=4100, k=200),
                              dict(m=300, n=576, k=1000)],
-    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": [dict(sizes=[700, 0, 300, 1], n=2112, k=576),
-                                                  dict(sizes=[1], n=7, k=16), dict(sizes=[0, 0], n=256, k=128)],
-    "m_grouped_gemm_fp8_fp8_bf16_nt_masked": [
+    "contiguous": [dict(sizes=[700, 0, 300, 1], n=2112, k=576), dict(sizes=[1], n=7, k=16),
+                   dict(sizes=[0, 0], n=256, k=128)],
+    "masked": [
         dict(groups=4, m_max=192, n=256, k=576, masked=[0, 192, 57, 300], expected_m=96),
         dict(groups=2, m_max=1, n=8, k=16, masked=[1, 0], expected_m=0),
         dict(groups=8, m_max=256, n=2112, k=2048, masked=[256] * 8, expected_m=256)],
-    "wgrad_gemm_fp8_fp8_fp32_nt": [dict(m=2048, n=2112, k=2048, sa_form="rows", sb_form="rows"),
-                                   dict(m=1, n=1, k=16, sa_form="transposed", sb_form="col_major"),
-                                   dict(m=300, n=100, k=1000, sa_form="rows", sb_form="transposed")],
-    "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt": [dict(m=512, n=768, ks=[1024, 0, 512, 2048]),
-                                             dict(m=129, n=100, ks=[256, 0, 1040, 16]),
-                                             dict(m=7, n=9, ks=[16 * (i % 5) for i in range(100)])],
+    "psum": [dict(sizes=[100, 0, 300, 128, 1], n=2112, k=576, expected_m=0),
+             dict(sizes=[3], n=8, k=16, expected_m=64), dict(sizes=[0, 0, 77], n=256, k=128, expected_m=4096)],
+    "bmm": [dict(batches=5, m=17, n=1000, k=576, sa_form="sliced"),
+            dict(batches=128, m=1, n=512, k=128, sa_form="rows"),
+            dict(batches=2, m=300, n=8, k=16, sa_form="mn_major")],
+    "wgrad": [dict(m=2048, n=2112, k=2048, sa_form="rows", sb_form="rows"),
+              dict(m=1, n=1, k=16, sa_form="transposed", sb_form="col_major"),
+              dict(m=300, n=100, k=1000, sa_form="rows", sb_form="transposed")],
+    "k_grouped": [dict(m=512, n=768, ks=[1024, 0, 512, 2048]), dict(m=129, n=100, ks=[256, 0, 1040, 16]),
+                  dict(m=7, n=9, ks=[16 * (i % 5) for i in range(100)])],
+    "pack_ue8m0": [dict(shape=(4097, 57), transposed=False), dict(shape=(2, 129, 7), transposed=True),
+                   dict(shape=(3, 1), transposed=False)],
+    "pack_ue8m0_k_grouped": [dict(ks=[512, 1024, 0, 128], gran_k=128, mn=4100), dict(ks=[64, 96], gran_k=32, mn=7)],
 }
+PROBLEMS = dict({v.name: [SPEC_BY_NAME[v.public_name].small] for v in VARIANTS
+                 if v.name in FAMILIES and v.public_name in SPEC_BY_NAME}, **_LISTED)
+# How a problem of each variant becomes a case: the GEMMs with a torch custom op through tests/gemm_cases.py SPECS
+# (by public name), the others through their own builders.
+BUILDERS = dict({v.name: SPEC_BY_NAME[v.public_name].build for v in VARIANTS if v.public_name in SPEC_BY_NAME},
+                psum=build_psum, pack_ue8m0=build_pack, pack_ue8m0_k_grouped=build_pack_k_grouped)
 # Forced dense configs for the sanitizer: 2-CTA multicast, a tile straddling two RHS scale blocks, ragged k.
 FORCED = [("1024x4096x1024", "256x128:mcA"), ("130x2104x576", "128x192"), ("65x2104x208", "64x112")]
 
@@ -47,10 +65,10 @@ FORCED = [("1024x4096x1024", "256x128:mcA"), ("130x2104x576", "128x192"), ("65x2
 def _hostile(name: str, case) -> None:
     """Inputs with undefined values but defined memory behaviour: run, then check only the guard bands."""
     import torch
-    if name == "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous":
+    if name == "contiguous":
         idx, groups = case.args[3], case.args[1][0].shape[0]
         idx.copy_(torch.randint(-5, groups + 5, idx.shape, device=idx.device, dtype=torch.int32))
-    elif name == "m_grouped_gemm_fp8_fp8_bf16_nt_masked":
+    elif name == "masked":
         mm = case.args[3]
         mm.copy_(torch.tensor([-7, 1 << 30] * (mm.numel() // 2) + [5] * (mm.numel() % 2), dtype=torch.int32))
     else:
@@ -67,9 +85,9 @@ def driver(families) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     for name in families:
         for i, problem in enumerate(PROBLEMS[name]):
-            case = SPEC_BY_NAME[name].build(problem, torch.device("cuda"), i)
+            case = BUILDERS[name](problem, torch.device("cuda"), i)
             for _attempt in ("cold", "warm"):
-                case.guarded.reset()
+                case.reset()
                 case.run()
                 case.check()
             print(f"{name}: {case.desc}: ok", flush=True)
@@ -110,7 +128,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     p.add_argument("--compilers", nargs="+", default=["nvrtc", "nvcc"], choices=["nvrtc", "nvcc"],
                    help="the tests stage runs once per compiler")
-    p.add_argument("--families", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--sanitizer-tools", nargs="+", default=list(SANITIZER_TOOLS), choices=SANITIZER_TOOLS)
     p.add_argument("--sanitizer-timeout", type=int, default=500, help="seconds per tool (racecheck is slowest)")
     p.add_argument("--tests-timeout", type=int, default=400, help="seconds of the GPU tests per compiler")

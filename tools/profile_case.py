@@ -1,9 +1,9 @@
 """Run one GEMM case a few times, with the heuristic's config or a forced one: the process to put under Nsight
 Compute or compute-sanitizer (GPU machine).
 
-Usage: python -m tools.profile_case --family dense|grouped|masked|wgrad|k_grouped CASE
+Usage: python -m tools.profile_case --family FAMILY CASE
          [--config BMxBN[:STAGES][:mcA|mcB]] [--calls N] [--ncu REPORT [--ncu-set full]]
-  CASE and --config as in tools/tune.py. Prints the config and, where the family has a reference, calc_diff.
+  FAMILY, CASE and --config as in tools/tune.py. Prints the config and, where the family has a reference, calc_diff.
   --ncu REPORT reruns this command under `ncu -k regex:<kernel> --set <set> -o REPORT` (profiling only the GEMM
   kernel, not the input casts); without it, wrap the command yourself, e.g.
   compute-sanitizer --tool memcheck python -m tools.profile_case --family dense 1024x4096x1024 --config 256x128:mcA
@@ -13,7 +13,7 @@ import contextlib
 import subprocess
 import sys
 
-from tools.tune import FAMILIES, describe, make_problem, parse_case, parse_config_spec
+from tools.tune import FAMILIES, WGRAD_KERNEL, describe, make_problem, parse_case, parse_config_spec
 
 
 def parser() -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("case", metavar="CASE")
     p.add_argument("--family", required=True, choices=FAMILIES)
     p.add_argument("--config", help="BMxBN[:STAGES][:mcA|mcB] instead of the heuristic's pick")
-    p.add_argument("--skew", action="store_true", help="grouped/masked: skewed expert loads")
+    p.add_argument("--skew", action="store_true", help="contiguous/masked/psum: skewed expert loads")
     p.add_argument("--calls", type=int, default=3, help="launches (default 3)")
     p.add_argument("--ncu", metavar="REPORT", help="run under Nsight Compute, writing REPORT.ncu-rep")
     p.add_argument("--ncu-set", default="full", help="ncu --set (default full)")
@@ -38,7 +38,7 @@ def main() -> None:
     except ValueError as e:
         p.error(str(e))
     if args.ncu:
-        kernel = "fp8_wgrad_gemm" if args.family in ("wgrad", "k_grouped") else "fp8_gemm_1d2d"
+        kernel = "fp8_wgrad_gemm" if args.family in WGRAD_KERNEL else "fp8_gemm_1d2d"
         # NOTES: --clock-control none: ncu otherwise locks the clocks to base, so its durations are not the ones the
         # benchmarks measure (and METHOD.md asks to leave the device's clocks alone).
         cmd = ["ncu", "-f", "--clock-control", "none", "-k", f"regex:{kernel}", "--set", args.ncu_set, "-o", args.ncu,

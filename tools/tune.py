@@ -1,12 +1,14 @@
 """Time kernel configurations the heuristic may not pick, for one GEMM family (tuning aid; GPU machine).
 
-Usage: python -m tools.tune --family dense|grouped|masked|wgrad|k_grouped|bmm CASE ... [options]
-  CASE   dense, wgrad: MxNxK;  grouped (contiguous), masked: G:m:n:k (rows per group m x U(0.7, 1.3) with the
+Usage: python -m tools.tune --family FAMILY CASE ... [options]
+  FAMILY  every GEMM variant the registry serves on sm_90a (deep_gemm.runtime.variants_on): dense, contiguous,
+          masked, psum, bmm, wgrad, k_grouped
+  CASE   dense, wgrad: MxNxK;  contiguous, masked, psum: G:m:n:k (rows per group m x U(0.7, 1.3) with the
          seeds of benchmarks/bench.py; --skew draws skewed expert loads around m instead: a fifth of the experts
          empty, a tenth at 4m);  k_grouped: MxNxK:G (G groups of K each, one launch);  bmm: BxMxNxK (B batches)
   --bm / --bn        block sizes of the candidate grid (defaults per family); every legal pair, with and without
-                     2-CTA multicast where the family and shape allow it (dense, grouped, masked)
-  --max-stages S ... dense / grouped / masked: also try pipelines at most S deep
+                     2-CTA multicast where the family and shape allow it (dense, contiguous, masked, psum)
+  --max-stages S ... dense / contiguous / masked / psum: also try pipelines at most S deep
   --configs BMxBN[:STAGES][:mcA|mcB] ...   time exactly these (STAGES: the depth for wgrad families, the maximum
                      for the others) instead of the grid
 Every candidate is compiled in parallel first, checked against the dequantised reference (dense, wgrad,
@@ -17,8 +19,16 @@ import random
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-FAMILIES = ("dense", "grouped", "masked", "wgrad", "k_grouped", "bmm")
-DEFAULT_TESTS = dict(dense=15, grouped=10, masked=10, wgrad=10, k_grouped=10, bmm=15)
+from deep_gemm.runtime import variants_on
+
+# The variants this tool tunes: the registry's GEMMs on sm_90a (tests/tools/test_variant_lists.py checks that every
+# one has a CASE form and a problem maker below).
+FAMILIES = variants_on("sm_90a", gemm=True)
+# Per variant: the CASE form, the kineto repetitions, whether it runs the 1D1D (weight-gradient) kernel.
+CASE_FORMS = dict(dense="MxNxK", contiguous="G:m:n:k", masked="G:m:n:k", psum="G:m:n:k", bmm="BxMxNxK",
+                  wgrad="MxNxK", k_grouped="MxNxK:G")
+DEFAULT_TESTS = dict(dense=15, contiguous=10, masked=10, psum=10, bmm=15, wgrad=10, k_grouped=10)
+WGRAD_KERNEL = ("wgrad", "k_grouped")
 
 
 @dataclass
@@ -37,10 +47,8 @@ class Problem:
 
 def parse_case(family: str, case: str):
     """The integers of a CASE (see the usage); ValueError naming the expected form."""
-    forms = dict(dense="MxNxK", wgrad="MxNxK", grouped="G:m:n:k", masked="G:m:n:k", k_grouped="MxNxK:G",
-                 bmm="BxMxNxK")
     try:
-        if family in ("grouped", "masked"):
+        if CASE_FORMS[family] == "G:m:n:k":
             values = [int(v) for v in case.split(":")]
         else:
             shape, _, groups = case.partition(":")
@@ -50,7 +58,7 @@ def parse_case(family: str, case: str):
         if len(values) != 4 - (family in ("dense", "wgrad")):
             raise ValueError
     except ValueError:
-        raise ValueError(f"CASE {case!r}: expected {forms[family]} for --family {family}") from None
+        raise ValueError(f"CASE {case!r}: expected {CASE_FORMS[family]} for --family {family}") from None
     return values
 
 
@@ -74,15 +82,15 @@ def describe(cfg) -> str:
 
 
 def _sm90_problem(family, values, bms, bns, skew) -> Problem:
-    """dense, grouped (contiguous) and masked: the 1D2D kernel."""
+    """dense, contiguous, masked, psum and bmm: the 1D2D kernel."""
     import torch
 
     import deep_gemm
     from benchmarks.bench import _grouped_weights, contiguous_m_indices, skewed_sizes
     from deep_gemm.heuristics import GemmProblem, KernelType, get_config
-    from deep_gemm.heuristics.common import ceil_div
+    from deep_gemm.heuristics.common import ceil_div, walks_groups
     from deep_gemm.heuristics.sm90 import MAX_STAGES, _legal_block, batched_a_box_rows, build_sm90_config
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d
+    from deep_gemm.families import sm90_fp8_gemm_1d2d
     from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
     sms = deep_gemm.get_num_sms()
     check = None
@@ -126,7 +134,7 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
         rng = random.Random(groups * m + n + k)
         sizes = skewed_sizes(groups, m, rng) if skew else [int(m * rng.uniform(0.7, 1.3)) for _ in range(groups)]
         b8, sb = _grouped_weights(groups, n, k)
-        if family == "grouped":
+        if family == "contiguous":
             kind = KernelType.M_GROUPED_CONTIGUOUS
             layout = contiguous_m_indices(sizes)
             heur_m = layout.numel()
@@ -137,7 +145,23 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
             def fn():
                 deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a8, sa), (b8, sb), out, layout)
             default_bms = [64, 128]
-        else:
+        elif family == "psum":
+            kind, heur_m, align = KernelType.M_GROUPED_PSUM, m, deep_gemm.get_mk_alignment_for_contiguous_layout()
+            ends, start = [], 0
+            for s in sizes:  # expert g's rows: [align(ends[g - 1]), ends[g])
+                ends.append(start + s)
+                start = ceil_div(start + s, align) * align
+            rows_a = max(start, 1)
+            layout = torch.tensor(ends, dtype=torch.int32, device="cuda")
+            a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((rows_a, k), device="cuda", dtype=torch.bfloat16))
+            sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
+            out = torch.empty((rows_a, n), device="cuda", dtype=torch.bfloat16)
+
+            def fn():
+                deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a8, sa), (b8, sb), out, layout, use_psum_layout=True,
+                                                           expected_m_for_psum_layout=m)
+            default_bms = [64, 128]
+        elif family == "masked":
             kind, heur_m, m_max = KernelType.M_GROUPED_MASKED, m, 4096 if groups <= 32 else 1024
             sizes = [min(s, m_max) for s in sizes]
             layout = torch.tensor(sizes, dtype=torch.int32, device="cuda")
@@ -149,15 +173,18 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
             def fn():
                 deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a8, sa), (b8, sb), out, layout, m)
             default_bms = [64, 128, 256]
+        else:
+            raise ValueError(f"--family {family}: no problem maker for this variant")
         rows = sum(sizes)
         label = f"{family} {groups}x{m} {n}x{k} rows={rows} (sizes {sizes[:6]}{'...' if groups > 6 else ''})"
         picked = get_config(GemmProblem(heur_m, n, k, sms, kernel_type=kind, num_groups=groups))
-    masked = kind == KernelType.M_GROUPED_MASKED
+    psum_alignment = align if kind == KernelType.M_GROUPED_PSUM else 0
 
     def make_config(bm, bn, mc, on_a, stages):
         # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: dense M blocks pair
-        # up; grouped pairs are checked on the device, the batched kernel has no B multicast).
-        if mc == 2 and (ceil_div(n, bn) % 2 if on_a else kind == KernelType.BATCHED
+        # up; contiguous and masked pairs are checked on the device, the batched and psum kernels have no B
+        # multicast: their M blocks stop at a group's end).
+        if mc == 2 and (ceil_div(n, bn) % 2 if on_a else kind in (KernelType.BATCHED, KernelType.M_GROUPED_PSUM)
                         or (kind == KernelType.NORMAL and ceil_div(heur_m, bm) % 2)):
             raise ValueError(f"multicast {'A' if on_a else 'B'} does not pair up the blocks of {bm}x{bn}")
         if not _legal_block(bm, bn):
@@ -165,7 +192,8 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
         if kind == KernelType.BATCHED:
             return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES, num_groups=groups,
                                      a_box_rows=batched_a_box_rows(heur_m, bm), gather_scales=True)
-        return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES, full_grid=masked)
+        return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES,
+                                 full_grid=walks_groups(kind))
 
     def grid(bms, bns, max_stages):
         out_cfgs = []
@@ -179,7 +207,7 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
                             continue
         return out_cfgs
     return Problem(label, fn, "fp8_gemm_1d2d", 2 * rows * n * k, picked, make_config,
-                   lambda cfg: sm90_fp8_gemm_1d2d.kernel_source(n, k, cfg, kind), grid, check)
+                   lambda cfg: sm90_fp8_gemm_1d2d.kernel_source(n, k, cfg, kind, psum_alignment), grid, check)
 
 
 def _wgrad_problem(family, values, bms, bns) -> Problem:
@@ -188,7 +216,7 @@ def _wgrad_problem(family, values, bms, bns) -> Problem:
 
     import deep_gemm
     from deep_gemm.heuristics import sm90_wgrad
-    from deep_gemm.launchers import sm90_fp8_wgrad_1d1d
+    from deep_gemm.families import sm90_fp8_wgrad_1d1d
     from deep_gemm.testing import calc_diff, dequant_per_token
     m, n, k = values[:3]
     groups = values[3] if family == "k_grouped" else 1
@@ -238,7 +266,7 @@ def _wgrad_problem(family, values, bms, bns) -> Problem:
 def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False) -> Problem:
     """The inputs, call and config builders of one CASE of `family` (on the current CUDA device)."""
     values = parse_case(family, case)
-    if family in ("wgrad", "k_grouped"):
+    if family in WGRAD_KERNEL:
         return _wgrad_problem(family, values, bms, bns)
     return _sm90_problem(family, values, bms, bns, skew)
 
@@ -266,9 +294,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--family", required=True, choices=FAMILIES)
     p.add_argument("--bm", type=int, nargs="*", help="BLOCK_M values of the grid (default: per family)")
     p.add_argument("--bn", type=int, nargs="*", help="BLOCK_N values of the grid (default: per family)")
-    p.add_argument("--max-stages", type=int, nargs="*", help="dense/grouped/masked: also these pipeline depths")
+    p.add_argument("--max-stages", type=int, nargs="*", help="dense/contiguous/masked/psum: also these pipeline depths")
     p.add_argument("--configs", nargs="*", help="BMxBN[:STAGES][:mcA|mcB] to time instead of the grid")
-    p.add_argument("--skew", action="store_true", help="grouped/masked: skewed expert loads (bench.skewed_sizes)")
+    p.add_argument("--skew", action="store_true",
+                   help="contiguous/masked/psum: skewed expert loads (bench.skewed_sizes)")
     p.add_argument("--num-tests", type=int, help="timed calls per config (default: 15 dense, 10 otherwise)")
     return p
 

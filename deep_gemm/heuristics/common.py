@@ -15,11 +15,13 @@ def align(a: int, b: int) -> int:
 
 
 class KernelType(enum.Enum):
-    NORMAL = "normal"                              # dense D = A B^T
-    M_GROUPED_CONTIGUOUS = "m_grouped_contiguous"  # MoE: experts' rows stacked along M, 128-row aligned
-    M_GROUPED_MASKED = "m_grouped_masked"          # MoE: [G, m_max] rows, the first masked_m[g] computed
-    M_GROUPED_PSUM = "m_grouped_psum"              # MoE: experts' rows stacked along M, ends given as running sums
-    BATCHED = "batched"                            # BMM: B independent [m, n, k] GEMMs, rows stacked per batch
+    """The 1d2d kernels' GemmType (include/deep_gemm/common/scheduler.cuh); each value is the name of the variant that
+    runs it (deep_gemm.runtime.VARIANTS)."""
+    NORMAL = "dense"                     # dense D = A B^T
+    M_GROUPED_CONTIGUOUS = "contiguous"  # MoE: experts' rows stacked along M, 128-row aligned
+    M_GROUPED_MASKED = "masked"          # MoE: [G, m_max] rows, the first masked_m[g] computed
+    M_GROUPED_PSUM = "psum"              # MoE: experts' rows stacked along M, ends given as running sums
+    BATCHED = "bmm"                      # BMM: B independent [m, n, k] GEMMs, rows stacked per batch
 
 
 def walks_groups(kind: KernelType) -> bool:

@@ -10,6 +10,7 @@ from . import counters
 from .cache import CacheError, KernelCache, cache_key, get_or_build
 from .codegen import CppName, KernelSource
 from .compiler import CompileError, check_ptxas_report, compile_options, get_compiler
+from .disasm import sass_text
 from .parallel import build_group, build_many
 from .paths import ToolchainError, include_dirs, project_include_dir
 from .runtime import CUDADriverError, LoadedKernel
@@ -76,7 +77,6 @@ def build(source: KernelSource, arch: str) -> Tuple[bytes, bool, float]:
 
 def _sass(cubin: bytes, name: str) -> Optional[str]:
     """cuobjdump's SASS of `cubin`, or None (and why, logged) when it cannot run here."""
-    from .sass import sass_text  # imports the heuristics: only when asked for
     try:
         return sass_text(cubin)
     except (FileNotFoundError, RuntimeError) as e:

@@ -34,7 +34,7 @@ class KernelSource:
                                            # a mapping is accepted and stored as such a tuple
 
     def __post_init__(self):
-        # A mapping (the launchers' dicts) keeps its insertion order: the generated source, hashed into the disk
+        # A mapping (the families' dicts) keeps its insertion order: the generated source, hashed into the disk
         # cache key, is deterministic.
         config = self.config
         items = tuple(config.items()) if isinstance(config, Mapping) else tuple(config)

@@ -1,4 +1,4 @@
-"""Compile many kernels at once in worker processes (used on the first sight of an (n, k), see launchers), and
+"""Compile many kernels at once in worker processes (used on the first sight of an (n, k), see deep_gemm/families), and
 remember which groups of kernels are complete in the disk cache (`build_group`).
 
 NOTES: NVRTC compiles do not overlap in threads (measured), so the work goes to `python` subprocesses. A worker

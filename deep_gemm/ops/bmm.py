@@ -10,7 +10,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from ..runtime import Op, call
-from . import checks
+from ..families import checks
 
 __all__ = ["bmm_fp8_fp8_bf16_nt", "w8a8_block_fp8_bmm"]
 

@@ -4,7 +4,7 @@ from typing import Tuple
 import torch
 
 from ..runtime import Op, call
-from . import checks
+from ..families import checks
 
 _DENSE = int(Op.DENSE)
 

@@ -10,12 +10,12 @@ import torch
 
 from ..runtime import Op, call
 from ..utils.layout import get_mk_alignment_for_contiguous_layout
-from . import checks
+from ..families import checks
 
 __all__ = ["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
            "get_m_alignment_for_contiguous_layout", "get_mk_alignment_for_contiguous_layout"]
 
-_CONTIGUOUS, _MASKED = int(Op.M_GROUPED_CONTIGUOUS), int(Op.M_GROUPED_MASKED)
+_CONTIGUOUS, _MASKED = int(Op.CONTIGUOUS), int(Op.MASKED)
 
 
 def get_m_alignment_for_contiguous_layout() -> int:

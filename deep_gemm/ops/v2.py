@@ -27,8 +27,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from ..runtime import Op, call, get_compile_mode
-from ..utils import get_device_arch
+from ..runtime import VARIANTS, Op, call, families_of, get_compile_mode
+from ..device import get_device_arch
 from ..utils.layout import get_mk_alignment_for_contiguous_layout, get_mn_major_tma_aligned_tensor
 from .gemm import gemm_fp8_fp8_bf16_nt
 from .grouped import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked
@@ -42,15 +42,20 @@ __all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gem
            "k_grouped_fp8_gemm_nt_contiguous", "k_grouped_fp8_gemm_tn_contiguous",
            "cublaslt_gemm_nt", "cublaslt_gemm_nn", "cublaslt_gemm_tn", "cublaslt_gemm_tt"]
 
-_PSUM = int(Op.M_GROUPED_PSUM)
+_PSUM = int(Op.PSUM)
+# The variant of a v2 call on sm_100, by scale path (`scale_path`): the exact FP32 scales run the May-2025 names'
+# variants, UE8M0 its own.
+_DENSE = {"fp32": int(Op.DENSE), "ue8m0": int(Op.DENSE_UE8M0)}
+_CONTIGUOUS = {"fp32": int(Op.CONTIGUOUS), "ue8m0": int(Op.CONTIGUOUS_UE8M0)}
+_MASKED = {"fp32": int(Op.MASKED), "ue8m0": int(Op.MASKED_UE8M0)}
 _TOKEN, _BLOCK = (1, 128), (128, 128)
-_SM100 = ("sm_100a", "sm_100f")
 
 
 def scale_path(arch: str, disable_ue8m0_cast: bool) -> Optional[str]:
-    """The sm100 family's scale path for a v2 call on a device of `arch`: "ue8m0" (DeepGEMM's SM100 default:
-    scales rounded up to powers of two) unless `disable_ue8m0_cast`, then "fp32"; None off sm_100 (the sm90 ops)."""
-    if arch not in _SM100:
+    """The scale path of a v2 call on a device of `arch` where the registry has UE8M0 variants (sm_100): "ue8m0"
+    (DeepGEMM's SM100 default: scales rounded up to powers of two) unless `disable_ue8m0_cast`, then "fp32"; None
+    elsewhere (the sm90 rules: exact FP32 scales, or a clear refusal)."""
+    if not families_of(VARIANTS[_DENSE["ue8m0"]].name, arch):
         return None
     return "fp32" if disable_ue8m0_cast else "ue8m0"
 
@@ -141,8 +146,7 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: Optional[torch.Tensor] = None, rec
     gran_a, gran_b = _granularities(recipe, recipe_a, recipe_b)
     scales = _sm100_scales(a, disable_ue8m0_cast)
     if scales is not None and (gran_a, gran_b) == (_TOKEN, _BLOCK) and c is None:
-        from ..launchers import sm100_fp8_gemm
-        sm100_fp8_gemm.fp8_gemm_nt(tuple(a), tuple(b), d, scales)
+        call(_DENSE[scales], tuple(a), tuple(b), d)
         return
     a, sfa = _pair(a, "a")
     b, sfb = _pair(b, "b")
@@ -220,8 +224,7 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d: torch.Tensor, grouped_layout: 
     _check_grouped_recipe(recipe, recipe_a, recipe_b)
     scales = _sm100_scales(a, disable_ue8m0_cast)
     if scales is not None and not use_psum_layout and expected_m_for_psum_layout is None:
-        from ..launchers import sm100_fp8_gemm
-        sm100_fp8_gemm.m_grouped_fp8_gemm_nt_contiguous(tuple(a), tuple(b), d, grouped_layout, scales)
+        call(_CONTIGUOUS[scales], tuple(a), tuple(b), d, grouped_layout)
         return
     a = _pair(a, "a")
     b = _pair(b, "b")
@@ -253,8 +256,7 @@ def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d: torch.Tensor, masked_m: torch.Tens
     _check_grouped_recipe(recipe, recipe_a, recipe_b)
     scales = _sm100_scales(a, disable_ue8m0_cast)
     if scales is not None:
-        from ..launchers import sm100_fp8_gemm
-        sm100_fp8_gemm.m_grouped_fp8_gemm_nt_masked(tuple(a), tuple(b), d, masked_m, expected_m, scales)
+        call(_MASKED[scales], tuple(a), tuple(b), d, masked_m, expected_m)
         return
     m_grouped_gemm_fp8_fp8_bf16_nt_masked(_pair(a, "a"), _pair(b, "b"), d, masked_m, expected_m)
 

@@ -9,11 +9,11 @@ from typing import Sequence, Tuple
 import torch
 
 from ..runtime import Op, call
-from . import checks
+from ..families import checks
 
 __all__ = ["wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"]
 
-_WGRAD, _K_GROUPED = int(Op.WGRAD), int(Op.K_GROUPED_WGRAD)
+_WGRAD, _K_GROUPED = int(Op.WGRAD), int(Op.K_GROUPED)
 
 
 def wgrad_gemm_fp8_fp8_fp32_nt(lhs: Tuple[torch.Tensor, torch.Tensor], rhs: Tuple[torch.Tensor, torch.Tensor],

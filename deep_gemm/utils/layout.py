@@ -11,7 +11,9 @@ from typing import List, Optional, Tuple, Union
 
 import torch
 
-from ..heuristics.common import M_ALIGNMENT_CONTIGUOUS, align, ceil_div
+from ..heuristics.common import M_ALIGNMENT_CONTIGUOUS, ceil_div
+from ..runtime import Op, call
+from ..scale_layout import get_col_major_tma_aligned_tensor, get_tma_aligned_size
 
 __all__ = ["get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_col_major_tma_aligned_tensor",
            "get_mn_major_tma_aligned_packed_ue8m0_tensor", "get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor",
@@ -20,40 +22,6 @@ __all__ = ["get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_col_m
            "get_m_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout"]
 
 _mk_alignment = M_ALIGNMENT_CONTIGUOUS
-
-
-def get_tma_aligned_size(x: int, element_size: int) -> int:
-    """Round `x` elements up so that `x * element_size` is a multiple of 16 bytes (TMA stride alignment)."""
-    if element_size not in (1, 2, 4, 8, 16):
-        raise ValueError(f"element_size must divide 16, got {element_size}")
-    return align(x, 16 // element_size)
-
-
-def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
-    """Return `x` ([m, k'] or [g, m, k'], float32) as an MN-major tensor whose M stride is padded to 16 bytes.
-
-    The result has the same shape and values, strides (1, m_aligned) (or (m_aligned * k', 1, m_aligned)); `x` is
-    returned without a copy when it already has that layout (as a view with these strides when it differs only in
-    the strides of size-1 dimensions), else copied (one copy kernel).
-    """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"x must be float32 scales, got {x.dtype}")
-    if x.dim() not in (2, 3):
-        raise ValueError(f"x must be 2-D [m, k] or 3-D [g, m, k], got shape {tuple(x.shape)}")
-    from ..ops.checks import is_col_major_tma_aligned
-    m, k = x.shape[-2], x.shape[-1]
-    aligned_m = get_tma_aligned_size(m, x.element_size())
-    if is_col_major_tma_aligned(x) and x.data_ptr() % 16 == 0:
-        # NOTES: the strides of size-1 dimensions are arbitrary; the result always reports the canonical ones
-        # (DeepGEMM's tests check them), as a view of the same memory.
-        canonical = (1, aligned_m) if x.dim() == 2 else (aligned_m * k, 1, aligned_m)
-        return x if x.stride() == canonical else x.as_strided(x.shape, canonical, x.storage_offset())
-    batch = () if x.dim() == 2 else (x.shape[0],)
-    out = torch.empty((*batch, k, aligned_m), device=x.device, dtype=x.dtype).transpose(-1, -2)[..., :m, :]
-    out.copy_(x)
-    return out
 
 
 # DeepGEMM v2's name.
@@ -81,7 +49,6 @@ def get_mn_major_tma_aligned_packed_ue8m0_tensor(sf: torch.Tensor, psum_layout: 
     aligned_mn = get_tma_aligned_size(mn, 4)
     batch = sf.shape[:-2]
     out = torch.empty((*batch, k4, aligned_mn), dtype=torch.int32, device=sf.device).transpose(-1, -2)[..., :mn, :]
-    from ..runtime import Op, call  # NOTES: here, not at the top: the runtime's launchers import this package
     call(int(Op.PACK_UE8M0), sf, out)
     return out
 
@@ -108,7 +75,6 @@ def get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf: torch.Tensor, gro
     rows = sum(ceil_div(k, 4 * gran_k) for k in ks)
     mn = sf.shape[1]
     out = torch.empty((rows, get_tma_aligned_size(mn, 4)), dtype=torch.int32, device=sf.device)[:, :mn]
-    from ..runtime import Op, call
     call(int(Op.PACK_UE8M0_K_GROUPED), sf, out, grouped_layout, ks, gran_k)
     return out
 

@@ -11,6 +11,7 @@ from typing import Sequence, Tuple
 import torch
 
 from ..heuristics.common import align, ceil_div
+from ..scale_layout import ceil_to_ue8m0
 
 __all__ = ["ceil_div", "align", "ceil_to_ue8m0", "pack_ue8m0_to_int", "unpack_ue8m0_from_int",
            "per_token_cast_to_fp8", "per_channel_cast_to_fp8", "per_block_cast_to_fp8", "per_custom_dims_cast_to_fp8",
@@ -19,14 +20,6 @@ __all__ = ["ceil_div", "align", "ceil_to_ue8m0", "pack_ue8m0_to_int", "unpack_ue
 FP8_MAX = 448.0
 FP4_MAX = 6.0
 _AMAX_FLOOR = 1e-4
-
-
-def ceil_to_ue8m0(x: torch.Tensor) -> torch.Tensor:
-    """The smallest power of two >= |x| (float32), exponent clamped to the normal range [2^-126, 2^127]."""
-    bits = x.abs().float().view(torch.int32)
-    exponent = (bits >> 23) & 0xFF
-    exponent = exponent + ((bits & 0x7FFFFF) != 0).to(torch.int32)  # round up unless already a power of two
-    return (exponent.clamp(1, 254) << 23).view(torch.float32)
 
 
 def pack_ue8m0_to_int(x: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 
 import deep_gemm
 from deep_gemm import _C
-from deep_gemm.launchers.plan import ParamBuffer, noop_plan
+from deep_gemm.families.plan import POINTER, STRUCT, TENSOR_MAP, U32, ParamBuffer, noop_plan
 from deep_gemm.runtime import Op
 
 FP8, F32, BF16, I32 = 1, 2, 3, 4  # _C's dtype codes
@@ -60,17 +60,17 @@ def test_grouped_and_wgrad_keys_carry_their_extra_arguments():
     (a, sa), (b, sb), out = _dense()
     b3, sb3 = b[None], sb[None]
     idx = torch.zeros(128, dtype=torch.int32)
-    key = _C.layout_key(Op.M_GROUPED_CONTIGUOUS, (a, sa), (b3, sb3), out, idx)
+    key = _C.layout_key(Op.CONTIGUOUS, (a, sa), (b3, sb3), out, idx)
     assert key[-5:] == (I32, -1, 1, 128, 1)  # the index tensor: int32, CPU, rank 1, size 128, stride 1
-    masked = _C.layout_key(Op.M_GROUPED_MASKED, (a[None], sa[None]), (b3, sb3), out[None], idx[:1], 48)
+    masked = _C.layout_key(Op.MASKED, (a[None], sa[None]), (b3, sb3), out[None], idx[:1], 48)
     assert masked[-1] == 48
-    assert _C.layout_key(Op.M_GROUPED_MASKED, (a[None], sa[None]), (b3, sb3), out[None], idx[:1], True) is None
+    assert _C.layout_key(Op.MASKED, (a[None], sa[None]), (b3, sb3), out[None], idx[:1], True) is None
     flat = torch.zeros(128 * 256, dtype=torch.float8_e4m3fn)
-    kg = _C.layout_key(Op.K_GROUPED_WGRAD, (flat, sa.t()), (flat[:64 * 256], sb), out.float()[None], [128, 128])
+    kg = _C.layout_key(Op.K_GROUPED, (flat, sa.t()), (flat[:64 * 256], sb), out.float()[None], [128, 128])
     assert kg[-3:] == (2, 128, 128)
-    assert _C.layout_key(Op.K_GROUPED_WGRAD, (flat, sa.t()), (flat, sb), out.float()[None], (256,))[-2:] == (1, 256)
+    assert _C.layout_key(Op.K_GROUPED, (flat, sa.t()), (flat, sb), out.float()[None], (256,))[-2:] == (1, 256)
     for bad in ([128, 128.0], [128, True], torch.tensor([128, 128])):
-        assert _C.layout_key(Op.K_GROUPED_WGRAD, (flat, sa.t()), (flat, sb), out.float()[None], bad) is None
+        assert _C.layout_key(Op.K_GROUPED, (flat, sa.t()), (flat, sb), out.float()[None], bad) is None
 
 
 @pytest.mark.parametrize("case", ["list_pair", "subclass", "wrong_dtype", "four_d", "not_tensor", "short_pair",
@@ -153,20 +153,37 @@ def test_launch_guards_pointers_and_noop_plans_launch_nothing():
 
 def test_param_buffer_follows_the_kernel_abi():
     """The dense/grouped kernel's parameters: four CUtensorMaps (128-byte aligned), then sb, shape_m,
-    grouped_layout, num_groups, d, d_row_stride."""
-    p = ParamBuffer()
-    for tensor in (0, 2, 1, 4):
-        p.tensor_map(tensor, 1, (256, 128), (256,), (128, 64), 128)
-    p.pointer(3), p.u32(7), p.pointer(5), p.u32(2), p.pointer(4), p.u32(4096)
+    grouped_layout, num_groups, d, d_row_stride, filled by name in the declared order."""
+    declared = [(f"map_{i}", TENSOR_MAP) for i in range(4)] + [("sb", POINTER), ("shape_m", U32), ("grouped", POINTER),
+                                                              ("groups", U32), ("d", POINTER), ("d_stride", U32)]
+    p = ParamBuffer(declared)
+    for i, tensor in enumerate((0, 2, 1, 4)):
+        p.tensor_map(f"map_{i}", tensor, 1, (256, 128), (256,), (128, 64), 128)
+    p.pointer("sb", 3), p.u32("shape_m", 7), p.pointer("grouped", 5), p.u32("groups", 2), p.pointer("d", 4)
+    p.u32("d_stride", 4096)
     grid, block, smem, cluster, size, offsets, init, maps, ptrs = p.launch(132, 384, 1000, 2)
     assert offsets == (0, 128, 256, 384, 512, 520, 528, 536, 544, 552) and size == 556
     assert init[520:524] == (7).to_bytes(4, "little") and init[552:556] == (4096).to_bytes(4, "little")
     assert [m[:3] for m in maps] == [(0, 0, 0), (128, 2, 0), (256, 1, 0), (384, 4, 0)]
     assert ptrs == ((512, 3, 0), (528, 5, 0), (544, 4, 0))
-    blob = ParamBuffer()
-    base = blob.blob(600)
+    blob = ParamBuffer([("groups", STRUCT)])
+    base = blob.struct("groups", 600)
     blob.add_map_at(base + 128, 0, 1, (16, 16), (16,), (16, 16), 0, ptr_offset=4096)
     assert blob.launch(1, 1, 0, 1)[7][0][:3] == (128, 0, 4096)
+
+
+def test_param_buffer_refuses_what_the_declaration_does_not_say():
+    p = ParamBuffer([("a", POINTER), ("n", U32)])
+    with pytest.raises(AssertionError, match="got \\('n', 'u32'\\), the declaration has \\('a', 'pointer'\\)"):
+        p.u32("n", 1)  # out of order
+    with pytest.raises(AssertionError, match="the declaration has \\('a', 'pointer'\\)"):
+        p.u32("a", 1)  # wrong kind
+    p.pointer("a", 0)
+    with pytest.raises(AssertionError, match="never filled"):
+        p.launch(1, 1, 0, 1)
+    p.u32("n", 3)
+    with pytest.raises(AssertionError, match="declaration has nothing"):
+        p.u32("extra", 1)
 
 
 def test_cuda_abi_matches_cuda_h(tmp_path):

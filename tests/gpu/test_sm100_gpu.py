@@ -1,5 +1,6 @@
 """GPU correctness of the sm100 kernel family (Blackwell, sm_100) in both scale paths: dense, MoE contiguous and
-masked, against dequantised FP32 references; the first-use self-test gate. Skipped without an sm_100 device.
+masked, run through DeepGEMM's v2 names (UE8M0 scales by default, FP32 with disable_ue8m0_cast=True), against
+dequantised FP32 references; the first-use self-test gate. Skipped without an sm_100 device.
 
 Path (a) (scales="fp32") must match the Hopper numerics (calc_diff < 1e-5 against the dequantised reference);
 path (b) (scales="ue8m0") is compared with a reference that uses the same power-of-two-rounded scales (< 1e-4), and
@@ -10,9 +11,9 @@ import pytest
 import torch
 
 import deep_gemm
-from deep_gemm import selftest
+from deep_gemm import selftest, sm100_selftest
 from deep_gemm.heuristics.sm100 import SCALE_PATHS, SCALES_UE8M0
-from deep_gemm.launchers import sm100_fp8_gemm as sm100
+from deep_gemm.families import sm100_fp8_gemm_1d2d as sm100
 from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
 from deep_gemm.utils.math import ceil_to_ue8m0
 from gemm_cases import Guarded, contiguous_inputs, masked_inputs, padded_rows, quant_blocks, quant_rows
@@ -49,12 +50,12 @@ def run_dense(m, n, k, scales, seed):
     ref = dequant_per_token(a8, applied(sa)) @ dequant_per_block(b8, applied(sb)).t()
     g = Guarded((m, n), torch.bfloat16, "cuda")
     lhs, rhs = (padded_rows(a8), sa), (padded_rows(b8), sb)
-    sm100.fp8_gemm_nt(lhs, rhs, g.out, scales)
+    deep_gemm.fp8_gemm_nt(lhs, rhs, g.out, disable_ue8m0_cast=scales == "fp32")
     torch.cuda.synchronize()
     assert not bool(g.untouched().any()), "elements left unwritten"
     _check(g.out, ref, a.float() @ b.float().t(), scales, f"dense {m}x{n}x{k} {scales}")
     first = g.out.clone()
-    sm100.fp8_gemm_nt(lhs, rhs, g.out, scales)
+    deep_gemm.fp8_gemm_nt(lhs, rhs, g.out, disable_ue8m0_cast=scales == "fp32")
     torch.cuda.synchronize()
     assert torch.equal(first.view(torch.int16), g.out.view(torch.int16)), "rerun is not bitwise identical"
 
@@ -99,7 +100,7 @@ def test_contiguous(num_groups, m, n, k, scales):
             rows = (m_indices == e).nonzero().squeeze(1)
             ref[rows] = a_deq[rows] @ dequant_per_block(b8[e], ceil_to_ue8m0(sb[e])).t()
     g = Guarded((m_indices.numel(), n), torch.bfloat16, "cuda")
-    sm100.m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, g.out, m_indices, scales)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, g.out, m_indices, disable_ue8m0_cast=scales == "fp32")
     torch.cuda.synchronize()
     assert not bool(g.untouched().any()), "rows left unwritten"
     assert bool((g.out[m_indices < 0].float() == 0).all()), "padding rows must be zeros"
@@ -122,7 +123,8 @@ def test_masked(num_groups, expected_m, k, n, scales):
     masked[-1] = 0 if num_groups > 1 else masked[-1]
     masked_m = torch.tensor(masked, dtype=torch.int32, device="cuda")
     g = Guarded((num_groups, m_max, n), torch.bfloat16, "cuda")
-    sm100.m_grouped_fp8_gemm_nt_masked(lhs, rhs, g.out, masked_m, expected_m, scales)
+    deep_gemm.m_grouped_fp8_gemm_nt_masked(lhs, rhs, g.out, masked_m, expected_m,
+                                           disable_ue8m0_cast=scales == "fp32")
     torch.cuda.synchronize()
     valid = torch.arange(m_max, device="cuda").view(1, m_max) < masked_m.view(num_groups, 1)
     untouched = g.untouched()
@@ -134,7 +136,7 @@ def test_masked(num_groups, expected_m, k, n, scales):
 @pytest.mark.parametrize("kind", sm100.KINDS, ids=lambda k: k.value)
 @pytest.mark.parametrize("scales", SCALE_PATHS)
 def test_selftest_passes_on_this_device(kind, scales):
-    results = sm100.run_selftest(kind, scales, torch.device("cuda", 0))
+    results = sm100_selftest.run_selftest(kind, scales, torch.device("cuda", 0))
     assert results and all(r.ok for r in results), results
 
 
@@ -142,7 +144,7 @@ def test_gate_verdicts_are_cached_per_family():
     selftest.clear()
     run_dense(130, 200, 576, "fp32", seed=1)
     passed = {family: ok for (_, family), ok in selftest.verdicts().items()}
-    assert passed.get("normal/fp32") is True
+    assert passed.get("dense") is True
 
 
 @pytest.mark.parametrize("m,n,k", [(130, 2112, 576), (4096, 7168, 2048)])
@@ -154,10 +156,10 @@ def test_dense_packed_ue8m0_scales_match_the_converted_ones(m, n, k):
     b8, sb, _, _ = quant_blocks(1, n, k, gen, "cuda")
     b8, sb = b8[0], sb[0]
     converted = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
-    sm100.fp8_gemm_nt((a8, sa), (b8, sb), converted, SCALES_UE8M0)
+    deep_gemm.fp8_gemm_nt((a8, sa), (b8, sb), converted)
     packed_sa = sm100.pack_ue8m0(sa).transpose(-1, -2)
     packed_sb = sm100.pack_ue8m0(sm100.rows_of_block_scales(sb, n)).transpose(-1, -2)
     packed = torch.empty_like(converted)
-    sm100.fp8_gemm_nt((a8, packed_sa), (b8, packed_sb), packed, SCALES_UE8M0)
+    deep_gemm.fp8_gemm_nt((a8, packed_sa), (b8, packed_sb), packed)
     torch.cuda.synchronize()
     assert torch.equal(converted.view(torch.int16), packed.view(torch.int16))

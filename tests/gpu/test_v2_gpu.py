@@ -7,7 +7,7 @@ import torch
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
-from gemm_cases import k_grouped_inputs, quant_blocks, quant_rows
+from gemm_cases import k_grouped_inputs, packed_ue8m0_reference, quant_blocks, quant_rows
 
 pytestmark = pytest.mark.gpu
 POISON = -1  # all-ones bits: NaN in BF16 and FP32
@@ -186,16 +186,6 @@ def test_k_grouped_nt_contiguous(ks, separate_c):
     assert calc_diff(d, c + ref) < 1e-5
 
 
-def _packed_reference(sf: torch.Tensor) -> torch.Tensor:
-    """Independent reference of the UE8M0 packing: [.., mn, k'] float32 -> [.., mn, ceil(k'/4)] int32 values."""
-    exponents = ((sf.contiguous().view(torch.int32) >> 23) & 0xFF).to(torch.int64)
-    pad = (-sf.shape[-1]) % 4
-    exponents = torch.nn.functional.pad(exponents, (0, pad))
-    e = exponents.view(*exponents.shape[:-1], -1, 4)
-    word = e[..., 0] | (e[..., 1] << 8) | (e[..., 2] << 16) | (e[..., 3] << 24)
-    return torch.where(word >= 1 << 31, word - (1 << 32), word).to(torch.int32)
-
-
 @pytest.mark.parametrize("shape", [(4096, 56), (4097, 57), (3, 1), (2, 129, 7)])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_pack_ue8m0(shape, transposed):
@@ -206,7 +196,7 @@ def test_pack_ue8m0(shape, transposed):
     assert packed.shape == shape[:-1] + ((shape[-1] + 3) // 4,)
     mn = shape[-2]
     assert packed.stride(-2) == 1 and packed.stride(-1) == (mn + 3) // 4 * 4
-    assert torch.equal(packed, _packed_reference(sf))
+    assert torch.equal(packed, packed_ue8m0_reference(sf))
 
 
 @pytest.mark.parametrize("ks,gran_k", [([512, 1024, 0, 128], 128), ([256] * 72, 128), ([64, 96], 32)])
@@ -219,7 +209,7 @@ def test_pack_ue8m0_k_grouped(ks, gran_k):
     parts, start = [], 0
     for k in ks:
         kb = (k + gran_k - 1) // gran_k
-        parts.append(_packed_reference(sf[start:start + kb].T).T)
+        parts.append(packed_ue8m0_reference(sf[start:start + kb].T).T)
         start += kb
     assert torch.equal(packed, torch.cat(parts))
 

@@ -5,7 +5,7 @@ import torch
 
 import deep_gemm
 from deep_gemm import _C, jit, runtime
-from deep_gemm.launchers import sm90_fp8_gemm_1d2d as gemm_1d2d
+from deep_gemm.families import sm90_fp8_gemm_1d2d as gemm_1d2d
 from gemm_cases import SPECS
 
 pytestmark = pytest.mark.gpu

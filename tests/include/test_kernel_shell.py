@@ -3,7 +3,8 @@ a kernel composed of other policies than the shipped kernels' (no promotion) com
 without promotion, and a policy that breaks its requirements fails to compile with the requirement's sentence."""
 import pytest
 
-from deep_gemm.jit import CompileError, sass
+from deep_gemm.jit import CompileError
+from tools import sass
 from deep_gemm.jit.compiler import NVRTCCompiler, check_ptxas_report
 
 ARCH = "sm_90a"

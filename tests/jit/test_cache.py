@@ -19,7 +19,7 @@ from deep_gemm.heuristics import GemmProblem, get_config
 from deep_gemm.jit.cache import META, CUBIN, SOURCE, TOUCH_INTERVAL_S, Entry, KernelCache, cache_key, get_or_build, prune_plan
 from deep_gemm.jit.compiler import compile_options, get_compiler
 from deep_gemm.jit.paths import project_include_dir
-from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_source
 
 ARCH = "sm_90a"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(deep_gemm.__file__)))
@@ -297,7 +297,7 @@ WORKER = textwrap.dedent("""
     import hashlib, json, os, sys, time
     from deep_gemm import jit
     from deep_gemm.heuristics import GemmProblem, get_config
-    from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+    from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_source
     m, n, k = {mnk}
     source = kernel_source(n, k, get_config(GemmProblem(m, n, k, 132)))
     ready, go = sys.argv[1], sys.argv[2]
@@ -356,7 +356,7 @@ def test_build_many_fills_the_cache_in_parallel(tmp_path, monkeypatch):
     from deep_gemm.heuristics.sm90 import sm90_kernel_variants
     from deep_gemm.jit import build_many
     from deep_gemm.jit.parallel import missing
-    from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+    from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_source
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
     sources = [kernel_source(256, 128, c) for c in sm90_kernel_variants(256, 128, 132)[:2]]
     assert len(missing(sources, ARCH)) == 2

@@ -23,7 +23,7 @@ from test_cache import (ARCH, REPO, build_key, cache_dir, default_toolchain, ent
 SOURCES = textwrap.dedent("""
     from deep_gemm.heuristics import GemmProblem, KernelType, get_config
     from deep_gemm.heuristics.sm90_wgrad import get_wgrad_config
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d as dense, sm90_fp8_wgrad_1d1d as wgrad
+    from deep_gemm.families import sm90_fp8_gemm_1d2d as dense, sm90_fp8_wgrad_1d1d as wgrad
     def sources():
         return [dense.kernel_source(128, 128, get_config(GemmProblem(64, 128, 128, 132))),
                 dense.kernel_source(256, 256, get_config(GemmProblem(32, 256, 256, 132, "sm_90a",

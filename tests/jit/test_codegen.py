@@ -6,7 +6,7 @@ from deep_gemm.heuristics import GemmProblem, KernelType, get_config
 from deep_gemm.heuristics.sm90_wgrad import get_wgrad_config
 from deep_gemm.jit import CompileError, CppName, KernelSource
 from deep_gemm.jit.compiler import NVRTCCompiler
-from deep_gemm.launchers import sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d
+from deep_gemm.families import sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d
 
 
 def _source(**config) -> KernelSource:

@@ -1,14 +1,14 @@
 """Main-loop code generation of the sm90 kernels, no GPU needed: compile with NVRTC (the shipped path), disassemble
-with cuobjdump and measure the steady-state K loop per K block per math warp (deep_gemm/jit/sass.py defines the
-measure). Run with -s to see the measured numbers."""
+with cuobjdump and measure the steady-state K loop per K block per math warp (tools/sass.py defines the measure).
+Run with -s to see the measured numbers."""
 import pytest
 
 from deep_gemm.heuristics import KernelType
 from deep_gemm.heuristics.sm90 import build_sm90_config
 from deep_gemm.heuristics.sm90_wgrad import build_wgrad_config, group_capacity
-from deep_gemm.jit import sass
+from tools import sass
 from deep_gemm.jit.compiler import NVRTCCompiler
-from deep_gemm.launchers import sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d
+from deep_gemm.families import sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d
 
 ARCH = "sm_90a"
 

@@ -8,7 +8,7 @@ from deep_gemm.heuristics import GemmConfig, GemmProblem, get_config, sm90_smem_
 from deep_gemm.heuristics.sm90 import MAX_STAGES, SMEM_BUDGET, num_math_threads, swizzle_d_bytes
 from deep_gemm.jit import CompileError
 from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler, check_arch
-from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_source
 
 ARCH = "sm_90a"
 EM_CUDA = 190
@@ -198,7 +198,7 @@ def test_psum_layout_multicasts_only_a():
 
 
 def test_scale_pack_kernel_compiles():
-    from deep_gemm.launchers import sf_layout
+    from deep_gemm.families import sf_layout
     result = NVRTCCompiler().compile(sf_layout.kernel_source().code(), ARCH)
     assert result.cubin[:4] == b"\x7fELF"
     assert b"pack_fp32_into_ue8m0" in result.cubin  # the name DeepGEMM's layout test profiles

@@ -12,12 +12,14 @@ import pytest
 
 from deep_gemm.heuristics import KernelType
 from deep_gemm.heuristics.sm100 import SCALES_FP32, SCALES_UE8M0, build_sm100_config
-from deep_gemm.jit import CompileError, sass
+from deep_gemm.families import sm100_fp8_gemm_1d2d
+from deep_gemm.families.plan import POINTER, TENSOR_MAP, U32
+from deep_gemm.families.sm100_fp8_gemm_1d2d import kernel_source
+from deep_gemm.jit import CompileError
 from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler, check_ptxas_report
-from deep_gemm.launchers import sm100_fp8_gemm
-from deep_gemm.launchers.plan import ParamBuffer
-from deep_gemm.launchers.sm100_fp8_gemm import kernel_source
 from sm100_cases import ARCH, deepgemm_test_instantiations
+from tools import sass
+from tools.sass import find_cuobjdump
 
 INSTANTIATIONS = deepgemm_test_instantiations()
 MANGLED_KERNEL = b"_ZN9deep_gemm5sm10018fp8_gemm_1d2d_impl"
@@ -74,7 +76,7 @@ def _opcodes(cubin: bytes, tool: str) -> collections.Counter:
 
 
 def test_sass_has_tcgen05_mmas_and_no_local_memory(nvrtc_builds):
-    tool = sass.find_cuobjdump()
+    tool = find_cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not found (pip install the `test` extra: nvidia-cuda-cuobjdump)")
     for name, (config, result) in nvrtc_builds.items():
@@ -161,18 +163,16 @@ def _kernel_param_sizes(cubin: bytes, tool: str, tmp_path) -> list:
 
 @pytest.mark.parametrize("kind", [KernelType.NORMAL, KernelType.M_GROUPED_MASKED], ids=lambda k: k.value)
 @pytest.mark.parametrize("scales", [SCALES_FP32, SCALES_UE8M0])
-def test_host_parameters_match_the_kernel_signature(kind, scales, monkeypatch, tmp_path):
+def test_host_parameters_match_the_kernel_signature(kind, scales, tmp_path):
     """`kernel_params` (what `_C` passes, by pointer per parameter) has the kernel's parameter count and sizes."""
-    tool = sass.find_cuobjdump()
+    tool = find_cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not found (pip install the `test` extra: nvidia-cuda-cuobjdump)")
     config = build_sm100_config(4096, 7168, 128, 128, 148, scales)
     cubin = NVRTCCompiler().compile(kernel_source(7168, 2048, config, kind).code(), ARCH).cubin
-    sizes = []
-    append = ParamBuffer._append
-    monkeypatch.setattr(ParamBuffer, "_append", lambda self, size, align: (sizes.append(size), append(self, size,
-                                                                                                      align))[1])
-    geometry = sm100_fp8_gemm.Geometry(k=2048, n=7168, num_groups=4, rows=4 * 256, shape_m=256, a_row_stride=2048,
+    geometry = sm100_fp8_gemm_1d2d.Geometry(k=2048, n=7168, num_groups=4, rows=4 * 256, shape_m=256, a_row_stride=2048,
                                        b_row_stride=2048, out_row_stride=7168, sa_stride=256, sfb_stride=7168)
-    sm100_fp8_gemm.kernel_params(kind, config, geometry)
+    params = sm100_fp8_gemm_1d2d.kernel_params(kind, config, geometry)
+    params.launch(1, 1, 0, 1)  # every declared parameter was filled
+    sizes = [{TENSOR_MAP: 128, POINTER: 8, U32: 4}[kind] for _, kind in sm100_fp8_gemm_1d2d.PARAMS]
     assert sizes == _kernel_param_sizes(cubin, tool, tmp_path)

@@ -6,7 +6,7 @@ import pytest
 from deep_gemm.heuristics.sm90_wgrad import build_wgrad_config, get_wgrad_config
 from deep_gemm.jit import CompileError
 from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler
-from deep_gemm.launchers.sm90_fp8_wgrad_1d1d import kernel_source
+from deep_gemm.families.sm90_fp8_wgrad_1d1d import kernel_source
 
 ARCH = "sm_90a"
 

@@ -7,10 +7,10 @@ import pytest
 from deep_gemm import jit, log
 from deep_gemm.envs import VARIABLES, read_env
 from deep_gemm.heuristics import GemmProblem, get_config
-from deep_gemm.jit import sass
+from deep_gemm.jit import disasm
 from deep_gemm.jit.cache import KernelCache, cache_key
 from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler, check_ptxas_report, compile_options, get_compiler
-from deep_gemm.launchers.sm90_fp8_gemm_1d2d import kernel_source
+from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_source
 
 ARCH = "sm_90a"
 # A kernel whose dynamically indexed local array lives in local memory: ptxas reports a 1024-byte stack frame.
@@ -91,7 +91,7 @@ def test_dump_ptx(env, capsys):
     assert capsys.readouterr().err == f"[deep_gemm.jit.ptx] PTX of {small_source().name}: {path}\n"
 
 
-@pytest.mark.skipif(sass.find_cuobjdump() is None, reason="cuobjdump/nvdisasm not installed")
+@pytest.mark.skipif(disasm.find_cuobjdump() is None, reason="cuobjdump/nvdisasm not installed")
 def test_dump_sass(env, capsys):
     env.setenv("DG_JIT_DUMP_SASS", "1")
     jit.build(small_source(), ARCH)
@@ -102,7 +102,7 @@ def test_dump_sass(env, capsys):
 
 
 def test_dump_sass_without_cuobjdump_says_so(env, capsys, monkeypatch):
-    monkeypatch.setattr(sass, "find_cuobjdump", lambda: None)
+    monkeypatch.setattr(disasm, "find_cuobjdump", lambda: None)
     env.setenv("DG_JIT_DUMP_SASS", "1")
     _, cached, _ = jit.build(small_source(), ARCH)
     assert not cached

@@ -1,9 +1,9 @@
-"""SASS parsing and main-loop detection (deep_gemm/jit/sass.py) on hand-written cuobjdump output, no NVRTC needed."""
+"""SASS parsing and main-loop detection (tools/sass.py) on hand-written cuobjdump output, no NVRTC needed."""
 import pytest
 
 from deep_gemm.heuristics.sm90 import build_sm90_config
 from deep_gemm.heuristics.sm90_wgrad import build_wgrad_config
-from deep_gemm.jit import sass
+from tools import sass
 
 # A tile loop (0x20) around two K loops: 0x30 (4 QGMMAs, with an R2UR, a barrier wait whose retry path sits out of
 # line at 0x190 and re-enters the body at 0x50) and 0x110 (2 QGMMAs, a remainder); the kernel ends in EXIT and the

@@ -102,7 +102,7 @@ def test_alignment_helpers():
 
 
 def test_rows_view_needs_uniform_groups():
-    from deep_gemm.ops.checks import rows_view
+    from deep_gemm.families.checks import rows_view
     t = torch.zeros((3, 4, 16))
     assert rows_view(t, "x").shape == (12, 16)
     gapped = torch.zeros((3, 5, 16))[:, :4]
@@ -113,7 +113,7 @@ def test_rows_view_needs_uniform_groups():
 
 def test_rows_view_with_one_row_per_group_uses_the_group_stride():
     """[G, 1, C] views of padded storage have an arbitrary stride(1); found by the random sweep (masked m_max = 1)."""
-    from deep_gemm.ops.checks import rows_view
+    from deep_gemm.families.checks import rows_view
     buf = torch.zeros((4, 24))
     t = buf[:, 8:16].view(4, 1, 8)
     assert t.stride(0) != t.size(1) * t.stride(1)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from deep_gemm import gemm_fp8_fp8_bf16_nt
-from deep_gemm.ops import checks
+from deep_gemm.families import checks
 
 FP8 = torch.float8_e4m3fn
 M, N, K = 4, 256, 256

@@ -12,7 +12,7 @@ SCRIPTS = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "tools")) if f.en
 
 
 def test_the_expected_scripts_remain():
-    assert SCRIPTS == ["dist_check", "gen_wgmma", "gpu_check", "profile_case", "tune"]
+    assert SCRIPTS == ["dist_check", "gen_wgmma", "gpu_check", "profile_case", "sass", "tune"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -56,6 +56,7 @@ def test_config_specs():
     assert parse_config_spec("128x160") == (128, 160, 1, True, 0)
     assert parse_config_spec("256x128:6:mcB") == (256, 128, 2, False, 6)
     assert parse_case("k_grouped", "7168x4096x512:8") == [7168, 4096, 512, 8]
-    assert parse_case("grouped", "4:8192:4096:7168") == [4, 8192, 4096, 7168]
+    assert parse_case("contiguous", "4:8192:4096:7168") == [4, 8192, 4096, 7168]
+    assert parse_case("psum", "4:8192:4096:7168") == [4, 8192, 4096, 7168]
     with pytest.raises(ValueError, match="expected MxNxK for --family dense"):
         parse_case("dense", "1x2x3:4")

@@ -1,232 +1,31 @@
-"""Kernel family of include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (dense, MoE contiguous and masked GEMMs): validation
-of each op's arguments into a layout, the kernel configuration, and the `_C` plan that launches it."""
+"""The arguments of the 1d2d GEMM variants (dense, contiguous, masked, psum, bmm), validated into a `GemmLayout`:
+shared by the kernel families of the 1d2d kernels (sm90_fp8_gemm_1d2d, sm100_fp8_gemm_1d2d), which take the same
+arguments, so that a call gets the same errors on every architecture. Not a family itself: a layout runs through the
+family the runtime bound to it (`GemmLayout.family`, a `deep_gemm.families.variant.Family`)."""
 import numbers
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
-from .. import _C, jit, log
-from ..envs import read_env
-from ..heuristics import GemmConfig, GemmProblem, KernelType, get_config
-from ..heuristics.common import ceil_div, get_forced_config, has_group_row_ends
-from ..heuristics.sm90 import sm90_kernel_variants
-from ..jit.runtime import ensure_context
-from ..ops import checks
-from ..utils import get_device_arch, get_num_sms, get_tma_aligned_size
-from .plan import ParamBuffer, make_plan, noop_plan
-
-HEADER = "deep_gemm/sm90/fp8_gemm_1d2d.cuh"
-FUNCTION = "deep_gemm::sm90::fp8_gemm_1d2d_impl"
-# deep_gemm::GemmType (include/deep_gemm/common/scheduler.cuh)
-_GEMM_TYPES = {
-    KernelType.NORMAL: jit.CppName("deep_gemm::GemmType::Normal"),
-    KernelType.M_GROUPED_CONTIGUOUS: jit.CppName("deep_gemm::GemmType::MGroupedContiguous"),
-    KernelType.M_GROUPED_MASKED: jit.CppName("deep_gemm::GemmType::MGroupedMasked"),
-    KernelType.M_GROUPED_PSUM: jit.CppName("deep_gemm::GemmType::MGroupedPsum"),
-    KernelType.BATCHED: jit.CppName("deep_gemm::GemmType::Batched"),
-}
-_NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm90_fp8_gemm_1d2d_contiguous",
-          KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked",
-          KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum",
-          KernelType.BATCHED: "sm90_fp8_gemm_1d2d_batched"}
-
-
-def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL,
-                  psum_alignment: int = 0) -> jit.KernelSource:
-    """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments.
-    `psum_alignment`: the psum layout's row alignment of the experts' starts (that kind only). The batched GEMM
-    gathers its scales per stage (kGatherScales: SA at the caller's strides, SB's values of the K block); the other
-    kinds load SA MN-major by TMA and SB per tile."""
-    if (kind == KernelType.M_GROUPED_PSUM) != (psum_alignment > 0):
-        raise ValueError(f"psum_alignment must be > 0 exactly for the psum layout, got {psum_alignment} for {kind}")
-    named = dict(kGemmType=_GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-                 kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
-                 kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
-                 kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
-                 kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m,
-                 kOneMBlock=config.a_box_rows > 0)
-    return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, config=named)
-
-
-@dataclass
-class _Kernel:
-    config: GemmConfig
-    function: object  # CUfunction in the device's primary context
-
-
-_kernels: Dict[Tuple, _Kernel] = {}
-_seen_nk: set = set()
-
-
-def clear_kernels() -> None:
-    _kernels.clear()
-
-
-def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelType, num_groups: int) -> GemmConfig:
-    """The configuration a call loads; m: rows (dense, contiguous), expected rows per group (masked, psum) or rows
-    per batch (batched)."""
-    return get_forced_config() or get_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
-
-
-def runtime_kernels(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL,
-                    ms: Optional[Iterable[int]] = None, num_groups: int = 1,
-                    psum_alignment: int = 0) -> List[jit.KernelSource]:
-    """The distinct kernels calls of (kind, n, k) load, for heuristic m in `ms` (as `kernel_config`); `ms=None`:
-    every kernel any m can pick, which is also what the first-sight precompile builds (dense and contiguous only:
-    a masked, psum or batched kernel depends on the rows per group and the group count)."""
-    if ms is None:
-        if has_group_row_ends(kind):
-            raise ValueError(f"the {kind.value} kernels depend on expected_m: give the expected m values")
-        configs = sm90_kernel_variants(n, k, num_sms, kind)
-    else:
-        configs = [kernel_config(m, n, k, num_sms, arch, kind, num_groups) for m in ms]
-    sources = {}
-    for config in configs:
-        source = kernel_source(n, k, config, kind, psum_alignment)
-        sources.setdefault(source.instantiation(), source)
-    return list(sources.values())
-
-
-def precompile_variants(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL) -> int:
-    """Compile (into the disk cache) every kernel the heuristic can pick for (n, k) at any m, in parallel
-    processes; returns how many were missing. Called on the first sight of (n, k) unless DG_JIT_PRECOMPILE=0,
-    so that a later new m never waits for a compile (dense and contiguous grouped GEMMs). Only the node's compile
-    leader (deep_gemm.warmup.is_compile_leader) spawns workers: other ranks build what they use, waiting on the
-    cache's per-kernel locks for the leader's compiles."""
-    from ..warmup import is_compile_leader
-    if not is_compile_leader():
-        return 0
-    # NOTES: a group marker, once the warm-up or an earlier first call completed it, skips enumerating the variants
-    # (~50 ms of heuristics for a new (n, k)) and generating and hashing their sources.
-    return jit.build_group(variants_group(n, k, num_sms, arch, kind),
-                           lambda: runtime_kernels(n, k, num_sms, arch, kind), arch)
-
-
-def variants_group(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL) -> tuple:
-    """What names the group of every kernel the heuristic can pick for (n, k) (`jit.build_group`)."""
-    return ("sm90_fp8_gemm_1d2d", kind.value, n, k, num_sms)
-
-
-def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, kind: KernelType,
-            num_groups: int, psum_alignment: int = 0) -> _Kernel:
-    """The configured, loaded kernel; m: rows (dense, contiguous) or expected rows per group (masked, psum)."""
-    forced = get_forced_config()
-    key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups, psum_alignment)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        config = kernel_config(m, n, k, num_sms, arch, kind, num_groups)
-        env = read_env()
-        log.apply_env(env)
-        log.configs.debug("%s m=%d n=%d k=%d groups=%d: %s", kind.value, m, n, k, num_groups, config)
-        if env.jit_precompile and forced is None and not has_group_row_ends(kind) \
-                and (n, k, num_sms, arch, kind) not in _seen_nk:
-            _seen_nk.add((n, k, num_sms, arch, kind))
-            precompile_variants(n, k, num_sms, arch, kind)
-        ensure_context(device_index)
-        loaded = jit.load(kernel_source(n, k, config, kind, psum_alignment), arch, config.num_threads,
-                          config.smem_size)
-        kernel = _kernels[key] = _Kernel(config, loaded.function(device_index))
-    return kernel
-
-
-def _call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int) -> _Kernel:
-    """The kernel of a call with A and B (as in `build_plan`): the heuristic sees A's rows, expected_m for the
-    kernels that walk groups, or the rows of one batch."""
-    if arch in ("sm_100a", "sm_100f"):  # Blackwell: the sm100 family (see `build_plan`)
-        from . import sm100_fp8_gemm
-        return sm100_fp8_gemm.call_kernel(kind, a, b, num_sms, arch, expected_m)
-    num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
-    m = expected_m if has_group_row_ends(kind) else a.shape[0]
-    return _kernel(m, n, a.shape[-1], num_sms, a.device.index, arch, kind, num_groups, psum_alignment)
-
-
-def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0, psum_alignment: int = 0):
-    """The `_C` plan of one layout, from kernel-ready tensors (A, SA, B, SB, out[, index]) with m, n, k > 0:
-    SA MN-major and TMA-aligned, SB contiguous, A / B / out TMA operands, out n % 8 == 0.
-
-    Dense: A [m, k], SA [m, kb], B [n, k], SB [ceil(n/128), kb], out [m, n].
-    Contiguous: A [M, k], SA [M, kb], B [G, n, k], SB [G, ceil(n/128), kb], out [M, n], index m_indices [M].
-    Masked: A [G, m_max, k], SA [G, m_max, kb], B / SB as above, out [G, m_max, n], index masked_m [G].
-    Psum: as contiguous, index = the running row counts [G]; expected_m = expected rows per group.
-    Batched: A [B, m, k], SA [B, m, kb] at any strides (gathered by the kernel), B / SB as grouped, out [B, m, n];
-    expected_m = m."""
-    if arch in ("sm_100a", "sm_100f"):  # Blackwell: the sm100 family, FP32-scale path (launchers/sm100_fp8_gemm.py)
-        from . import sm100_fp8_gemm
-        return sm100_fp8_gemm.build_plan(kind, tensors, num_sms, arch, expected_m, psum_alignment)
-    a, sa, b, sb, out = tensors[:5]
-    k = a.shape[-1]
-    kb = ceil_div(k, 128)
-    num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
-    if kind == KernelType.BATCHED:
-        shape_m = a.shape[1]
-        rows = num_groups * shape_m
-        a2, out2 = checks.rows_view(a, "lhs[0] (A)"), checks.rows_view(out, "out")
-    elif kind == KernelType.M_GROUPED_MASKED:
-        m_max = a.shape[1]
-        rows = num_groups * m_max
-        a2, out2 = a.view(rows, k), out.view(rows, n)
-        sa_inner, sa_outer, sa_stride = m_max, num_groups * kb, sa.stride(2) if kb > 1 else \
-            get_tma_aligned_size(m_max, 4)
-        shape_m = m_max
-    else:
-        rows = a.shape[0]
-        a2, out2 = a, out
-        sa_inner, sa_outer, sa_stride = rows, kb, sa.stride(1) if kb > 1 else get_tma_aligned_size(rows, 4)
-        shape_m = rows
-    b2 = b.view(num_groups * n, k)
-    device_index = a.device.index
-    kernel = _call_kernel(kind, a, b, num_sms, arch, expected_m, psum_alignment)
-    cfg = kernel.config
-    out_row_stride = checks.tma_row_stride(out2)
-    params = ParamBuffer()
-    a_map = ((k, rows), (checks.tma_row_stride(a2),), (128, cfg.a_box_rows or cfg.block_m), 128)
-    params.tensor_map(0, 1, *a_map)
-    params.tensor_map(2, 1, (k, num_groups * n), (checks.tma_row_stride(b2),), (128, cfg.block_n), 128)
-    if kind == KernelType.BATCHED:  # SA is gathered through its pointer: this map is never read, A's stands in
-        params.tensor_map(0, 1, *a_map)
-    else:
-        params.tensor_map(1, 4, (sa_inner, sa_outer), (sa_stride,), (cfg.block_m, 1), 0, l2_promotion=False)
-    # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
-    d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
-    params.tensor_map(4, 2, (n, rows), (out_row_stride,), (d_box, 64), cfg.swizzle_d_bytes)
-    params.pointer(3)
-    params.u32(shape_m)
-    if kind == KernelType.NORMAL:  # grouped_layout, num_groups, d, d_row_stride: unused by the dense GEMM
-        params.null_pointer(), params.u32(0), params.null_pointer(), params.u32(0)
-    else:
-        params.pointer(5) if len(tensors) > 5 else params.null_pointer()
-        params.u32(num_groups), params.pointer(4), params.u32(out_row_stride)
-    if kind == KernelType.BATCHED:  # sa, its group / row / k strides (elements; 0 along a dimension of size 1)
-        params.pointer(1)
-        for size, stride in zip(sa.shape, sa.stride()):
-            params.u32(stride if size > 1 else 0)
-    else:
-        params.null_pointer(), params.u32(0), params.u32(0), params.u32(0)
-    launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)
-    # TMA operands need 16-byte aligned addresses; SB, the index tensor and a gathered SA are read as plain arrays.
-    align_masks = (15, 3 if kind == KernelType.BATCHED else 15, 15, 3, 15, 3)[:len(tensors)]
-    return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors], (4,),
-                     (launch,))
-
-
-# ---- Validation: one normaliser per op of this family, one layout type, one `run` ----
+from ..device import get_device_arch, get_num_sms
+from ..heuristics import KernelType
+from ..heuristics.common import ceil_div
+from ..jit.codegen import CppName
+from ..scale_layout import is_col_major_tma_aligned
+from . import checks
+from .plan import launch, noop_plan
+from .variant import INT, PAIR, TENSOR, Family, Variant
 
 _NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
-
-
-# The ops that the sm100 family (launchers/sm100_fp8_gemm.py) runs on sm_100 devices, through `build_plan`.
-_SM100_OPS = ("gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
-              "m_grouped_gemm_fp8_fp8_bf16_nt_masked")
-
-
-def can_implement(device: torch.device, op: str) -> None:
-    """Raise NotImplementedError unless this family (or, on sm_100, the sm100 family) has a kernel for the device."""
-    arch = get_device_arch(device.index)
-    if arch in ("sm_100a", "sm_100f") and op in _SM100_OPS:
-        return
-    if arch != "sm_90a":
-        raise NotImplementedError(f"{op} has no kernel for {arch} yet (device {device})")
+# The 1d2d kernels' template parameter of each kind (deep_gemm::GemmType, include/deep_gemm/common/scheduler.cuh).
+GEMM_TYPES = {
+    KernelType.NORMAL: CppName("deep_gemm::GemmType::Normal"),
+    KernelType.M_GROUPED_CONTIGUOUS: CppName("deep_gemm::GemmType::MGroupedContiguous"),
+    KernelType.M_GROUPED_MASKED: CppName("deep_gemm::GemmType::MGroupedMasked"),
+    KernelType.M_GROUPED_PSUM: CppName("deep_gemm::GemmType::MGroupedPsum"),
+    KernelType.BATCHED: CppName("deep_gemm::GemmType::Batched"),
+}
 
 
 @dataclass
@@ -246,6 +45,11 @@ class GemmLayout:
     arch: str
     psum_alignment: int = 0      # psum layout: row alignment of the experts' starts
     plans: dict = field(default_factory=dict)
+    family: Optional[Family] = None  # bound by the runtime for a layout that launches
+
+    @property
+    def needs_kernel(self) -> bool:
+        return self.action == "launch"
 
     def run(self, lhs, rhs, out, index=None, *host_ints):
         """The per-call part: pointer checks, then nothing, zeroing or the launch. Returns the plan when the call
@@ -290,15 +94,15 @@ class GemmLayout:
         """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing, write
         nothing."""
         if self.action == "launch":
-            _call_kernel(self.kind, lhs[0], rhs[0], self.num_sms, self.arch, self.expected_m, self.psum_alignment)
+            self.family.load(self.kind, lhs[0], rhs[0], self.num_sms, self.arch, self.expected_m, self.psum_alignment)
 
     def _launch(self, tensors):
         geometry = checks.tensor_geometry(tensors)
         plan = self.plans.get(geometry)
         if plan is None:
-            plan = self.plans[geometry] = build_plan(self.kind, tensors, self.num_sms, self.arch, self.expected_m,
-                                                     self.psum_alignment)
-        _C.launch(plan, tuple(t.data_ptr() for t in tensors))
+            plan = self.plans[geometry] = self.family.build_plan(self.kind, tensors, self.num_sms, self.arch,
+                                                                 self.expected_m, self.psum_alignment)
+        launch(plan, tuple(t.data_ptr() for t in tensors))
         return plan
 
 
@@ -307,7 +111,7 @@ _INDEX_NAMES = {KernelType.M_GROUPED_CONTIGUOUS: "m_indices", KernelType.M_GROUP
 
 
 def _layout(kind, action, device, sa, sb, named, ragged_n=False, expected_m=0, psum_alignment=0) -> GemmLayout:
-    return GemmLayout(kind, action, device, ragged_n, checks.is_col_major_tma_aligned(sa), sb.is_contiguous(),
+    return GemmLayout(kind, action, device, ragged_n, is_col_major_tma_aligned(sa), sb.is_contiguous(),
                       tuple(checks.extent_bytes(t) for _, t in named), expected_m, get_num_sms(device.index),
                       get_device_arch(device.index), psum_alignment)
 
@@ -343,7 +147,6 @@ def normalise_dense(lhs, rhs, out) -> GemmLayout:
         return _layout(kind, "zero", device, sa, sb, named, ragged_n)
     checks.check_tma_matrix(a, "lhs[0] (A)")
     checks.check_tma_matrix(b, "rhs[0] (B)")
-    can_implement(device, "gemm_fp8_fp8_bf16_nt")
     return _layout(kind, "launch", device, sa, sb, named, ragged_n)
 
 
@@ -395,7 +198,6 @@ def normalise_contiguous(lhs, rhs, out, m_indices) -> GemmLayout:
         return _layout(kind, "zero", device, sa, sb, named, ragged_n)
     _check_operand(a, "lhs[0] (A)")
     _check_operand(b, "rhs[0] (B)")
-    can_implement(device, "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous")
     return _layout(kind, "launch", device, sa, sb, named, ragged_n)
 
 
@@ -431,7 +233,6 @@ def normalise_masked(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
         return _layout(kind, "zero_masked", device, sa, sb, named, expected_m=hint)
     _check_operand(a, "lhs[0] (A)")
     _check_operand(b, "rhs[0] (B)")
-    can_implement(device, "m_grouped_gemm_fp8_fp8_bf16_nt_masked")
     return _layout(kind, "launch", device, sa, sb, named, expected_m=hint)
 
 
@@ -474,7 +275,6 @@ def normalise_bmm(lhs, rhs, out) -> GemmLayout:
         return _layout(kind, "zero", device, sa, sb, named, expected_m=m)
     _check_operand(a, _NAMES_BMM[0])
     _check_operand(b, _NAMES_BMM[2])
-    can_implement(device, "bmm_fp8_fp8_bf16_nt")
     return _layout(kind, "launch", device, sa, sb, named, expected_m=m)
 
 
@@ -507,5 +307,16 @@ def normalise_psum(lhs, rhs, out, grouped_layout, expected_m, alignment) -> Gemm
     checks.check_no_overlap(out, "out", named[:4] + named[5:])
     _check_operand(a, "lhs[0] (A)")
     _check_operand(b, "rhs[0] (B)")
-    can_implement(device, "m_grouped_fp8_gemm_nt_contiguous (psum layout)")
     return _layout(kind, "launch", device, sa, sb, named, expected_m=hint, psum_alignment=alignment)
+
+
+# The variants, as the runtime registers them (through the families that list them).
+DENSE = Variant("dense", "gemm_fp8_fp8_bf16_nt", (PAIR, PAIR, TENSOR), normalise_dense, warmup_fields=("n", "k"))
+CONTIGUOUS = Variant("contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", (PAIR, PAIR, TENSOR, TENSOR),
+                     normalise_contiguous, warmup_fields=("n", "k", "num_groups"))
+MASKED = Variant("masked", "m_grouped_gemm_fp8_fp8_bf16_nt_masked", (PAIR, PAIR, TENSOR, TENSOR, INT),
+                 normalise_masked, warmup_fields=("n", "k", "num_groups", "expected_m"))
+PSUM = Variant("psum", "m_grouped_fp8_gemm_nt_contiguous (psum layout)", (PAIR, PAIR, TENSOR, TENSOR, INT, INT),
+               normalise_psum, warmup_fields=("n", "k", "num_groups", "expected_m"))
+BMM = Variant("bmm", "bmm_fp8_fp8_bf16_nt", (PAIR, PAIR, TENSOR), normalise_bmm,
+              warmup_fields=("n", "k", "num_batches", "m"))

@@ -1,20 +1,20 @@
 """Kernel family of include/deep_gemm/sm100/fp8_gemm_1d2d.cuh (Blackwell sm_100a: dense, MoE contiguous and masked
 GEMMs), in its two scale paths:
 
-- ``scales="fp32"`` (default, path (a)): the FP32 scales as given, promoted per 128-wide K block exactly as the Hopper
-  kernels do; results match sm_90 within the usual calc_diff. The public ops (`deep_gemm.gemm_fp8_fp8_bf16_nt`, the
-  contiguous and masked grouped GEMMs) take this path on an sm_100 device (see `build_plan`).
+- ``scales="fp32"`` (path (a)): the FP32 scales as given, promoted per 128-wide K block exactly as the Hopper kernels
+  do; results match sm_90 within the usual calc_diff. The variants dense, contiguous and masked (the May-2025 names,
+  and DeepGEMM's v2 names with disable_ue8m0_cast=True) take this path on an sm_100 device.
 - ``scales="ue8m0"`` (path (b)): each scale is ROUNDED UP TO A POWER OF TWO (UE8M0) and the block-scaled MMA
   (tcgen05.mma kind::mxf8f6f4) applies it in hardware, as DeepGEMM does on SM100: faster, but the result is the
-  product with the rounded scales, not with the given ones. Only through the functions of this module
-  (`fp8_gemm_nt`, `m_grouped_fp8_gemm_nt_contiguous`, `m_grouped_fp8_gemm_nt_masked`).
+  product with the rounded scales, not with the given ones. The variants dense_ue8m0, contiguous_ue8m0 and
+  masked_ue8m0 (DeepGEMM's v2 names by default on sm_100), which also take packed UE8M0 int32 scales.
 
-Every family (kind x scale path) runs a self-test on small ragged problems the first time a process launches it on a
-device (deep_gemm/selftest.py, DG_SM100_SELFTEST): these kernels were compile-verified only, never run on hardware
-when written.
+The arguments are checked as on sm_90 (fp8_gemm_1d2d_args.py). Every kernel (kind x scale path) runs a self-test on
+small ragged problems the first time a process launches it on a device (deep_gemm/selftest.py, DG_SM100_SELFTEST):
+these kernels were compile-verified only, never run on hardware when written.
 """
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
@@ -23,24 +23,31 @@ from .. import jit, log, selftest
 from ..envs import read_env
 from ..heuristics import GemmProblem, KernelType
 from ..heuristics.common import ceil_div, get_forced_config, walks_groups
-from ..heuristics.sm100 import (SCALES_FP32, SCALES_UE8M0, Sm100Config, check_scales, forced, get_sm100_config,
-                                sm100_kernel_variants)
+from ..heuristics.sm100 import (SCALES_FP32, SCALES_UE8M0, Sm100Config, check_scales, forced,
+                                get_sm100_config, sm100_kernel_variants)
+from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
-from ..ops import checks
-from ..utils import get_tma_aligned_size
-from ..utils.math import ceil_to_ue8m0, per_block_cast_to_fp8, per_token_cast_to_fp8
-from .plan import ParamBuffer, make_plan
+from ..scale_layout import ceil_to_ue8m0, get_tma_aligned_size
+from . import checks
+from .fp8_gemm_1d2d_args import (CONTIGUOUS, DENSE, GEMM_TYPES, MASKED, GemmLayout, normalise_contiguous,
+                                 normalise_dense, normalise_masked)
+from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, launch, make_plan
+from .variant import Family, Variant
 
 HEADER = "deep_gemm/sm100/fp8_gemm_1d2d.cuh"
 FUNCTION = "deep_gemm::sm100::fp8_gemm_1d2d_impl"
 KINDS = (KernelType.NORMAL, KernelType.M_GROUPED_CONTIGUOUS, KernelType.M_GROUPED_MASKED)
-_GEMM_TYPES = {
-    KernelType.NORMAL: jit.CppName("deep_gemm::GemmType::Normal"),
-    KernelType.M_GROUPED_CONTIGUOUS: jit.CppName("deep_gemm::GemmType::MGroupedContiguous"),
-    KernelType.M_GROUPED_MASKED: jit.CppName("deep_gemm::GemmType::MGroupedMasked"),
-}
+# The kernel's parameters, in its signature's order.
+PARAMS = (("tensor_map_a", TENSOR_MAP), ("tensor_map_b", TENSOR_MAP), ("tensor_map_sfa", TENSOR_MAP),
+          ("tensor_map_sfb", TENSOR_MAP), ("sa", POINTER), ("sa_stride", U32), ("sb", POINTER), ("shape_m", U32),
+          ("grouped_layout", POINTER), ("num_groups", U32), ("d", POINTER), ("d_row_stride", U32))
 _NAMES = {KernelType.NORMAL: "sm100_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm100_fp8_gemm_1d2d_contiguous",
           KernelType.M_GROUPED_MASKED: "sm100_fp8_gemm_1d2d_masked"}
+
+
+def variant_name(kind: KernelType, scales: str) -> str:
+    """The variant that runs kernel `kind` with `scales` ("dense", "dense_ue8m0", ...)."""
+    return kind.value + ("_ue8m0" if scales == SCALES_UE8M0 else "")
 
 
 def _check_kind(kind: KernelType) -> None:
@@ -51,7 +58,7 @@ def _check_kind(kind: KernelType) -> None:
 def kernel_source(n: int, k: int, config: Sm100Config, kind: KernelType = KernelType.NORMAL) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments."""
     _check_kind(kind)
-    named = dict(kGemmType=_GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+    named = dict(kGemmType=GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kScaleUE8M0=config.ue8m0, kSmemSize=config.smem_size,
                  kNumTmemCols=config.tmem_cols)
@@ -104,7 +111,6 @@ def precompile_variants(n: int, k: int, num_sms: int, arch: str, kind: KernelTyp
     """Compile (into the disk cache) every kernel the heuristic can pick for (n, k) at any m, in parallel processes
     (the node's compile leader only), as the sm90 family does on the first sight of an (n, k); returns how many were
     missing."""
-    from ..warmup import is_compile_leader
     if not is_compile_leader():
         return 0
     return jit.build_many(runtime_kernels(n, k, num_sms, arch, kind, scales=scales), arch)
@@ -187,24 +193,23 @@ def kernel_params(kind: KernelType, cfg: Sm100Config, g: Geometry) -> ParamBuffe
     """The kernel's parameters, in its signature's order, over the call tensors (A, SA, B, SB, out[, index])."""
     masked = kind == KernelType.M_GROUPED_MASKED
     load_n = cfg.block_n // 2 if cfg.pair else cfg.block_n
-    params = ParamBuffer()
-    params.tensor_map(0, 1, (g.k, g.rows), (g.a_row_stride,), (128, 128), 128)
-    params.tensor_map(2, 1, (g.k, g.num_groups * g.n), (g.b_row_stride,), (128, load_n), 128)
+    params = ParamBuffer(PARAMS)
+    params.tensor_map("tensor_map_a", 0, 1, (g.k, g.rows), (g.a_row_stride,), (128, 128), 128)
+    params.tensor_map("tensor_map_b", 2, 1, (g.k, g.num_groups * g.n), (g.b_row_stride,), (128, load_n), 128)
     if cfg.ue8m0:
         kg = ceil_div(ceil_div(g.k, 128), 4)
         sfa_dims = (g.shape_m, g.num_groups * kg) if masked else (g.rows, kg)
-        params.tensor_map(1, 4, sfa_dims, (g.sa_stride,), (128, 1), 0, l2_promotion=False)
-        params.tensor_map(3, 4, (g.n, g.num_groups * kg), (g.sfb_stride,), (cfg.block_n, 1), 0, l2_promotion=False)
-        params.null_pointer(), params.u32(0), params.null_pointer()
-    else:
-        params.blob(128), params.blob(128)  # the scale-factor maps: unused on this path
-        params.pointer(1), params.u32(g.sa_stride), params.pointer(3)
-    params.u32(g.shape_m)
-    if kind == KernelType.NORMAL:
-        params.null_pointer(), params.u32(0)
-    else:
-        params.pointer(5), params.u32(g.num_groups)
-    params.pointer(4), params.u32(g.out_row_stride)
+        params.tensor_map("tensor_map_sfa", 1, 4, sfa_dims, (g.sa_stride,), (128, 1), 0, l2_promotion=False)
+        params.tensor_map("tensor_map_sfb", 3, 4, (g.n, g.num_groups * kg), (g.sfb_stride,), (cfg.block_n, 1), 0,
+                          l2_promotion=False)
+        params.pointer("sa", None), params.u32("sa_stride", 0), params.pointer("sb", None)
+    else:  # the scale-factor maps: unused on this path
+        params.unused_tensor_map("tensor_map_sfa"), params.unused_tensor_map("tensor_map_sfb")
+        params.pointer("sa", 1), params.u32("sa_stride", g.sa_stride), params.pointer("sb", 3)
+    params.u32("shape_m", g.shape_m)
+    dense = kind == KernelType.NORMAL
+    params.pointer("grouped_layout", None if dense else 5), params.u32("num_groups", 0 if dense else g.num_groups)
+    params.pointer("d", 4), params.u32("d_row_stride", g.out_row_stride)
     return params
 
 
@@ -238,7 +243,10 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     device_index = a.device.index
     kernel = call_kernel(kind, a, b, num_sms, arch, expected_m, scales)
     cfg = kernel.config
-    selftest.ensure(device_index, f"{kind.value}/{scales}", functools.partial(run_selftest, kind, scales, a.device))
+    # NOTES: the problems are deep_gemm/sm100_selftest.py's (they call the public ops, above this layer), registered
+    # with the gate when deep_gemm is imported.
+    selftest.ensure(device_index, variant_name(kind, scales),
+                    functools.partial(selftest.run_registered, kind, scales, a.device))
     launch = kernel_params(kind, cfg, geometry).launch(cfg.num_sms, cfg.num_threads, cfg.smem_size,
                                                         cfg.num_multicast)
     scale_align = 15 if ue8m0 else 3
@@ -247,23 +255,7 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
                      (launch,))
 
 
-_plans: Dict[Tuple, object] = {}
-
-
-def _launch(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int, scales: str) -> None:
-    from .. import _C
-    key = (kind, scales, num_sms, arch, expected_m, get_forced_config(), checks.tensor_geometry(tensors))
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = build_plan(kind, tensors, num_sms, arch, expected_m, 0, scales)
-    _C.launch(plan, tuple(t.data_ptr() for t in tensors))
-
-
-def clear_plans() -> None:
-    _plans.clear()
-
-
-# ---- The scale-path-aware entry points ----
+# ---- The UE8M0 variants (path (b)): packed or FP32 scales, checked as the FP32 path checks them ----
 
 def packed_scales_view(sf: torch.Tensor, name: str, lead: Tuple[int, ...], mn: int, kb: int) -> torch.Tensor:
     """A caller's packed UE8M0 scales as the kernel reads them. Expected: int32 [*lead, mn, ceil(kb/4)], MN-major
@@ -300,146 +292,110 @@ def _fp32_stand_ins(lhs, rhs):
     return (a, fp32_sa), (b, fp32_sb), (sa, sb)
 
 
-def _run(kind: KernelType, normalise, lhs, rhs, out, index, extra, scales: str) -> None:
-    """Validate with the sm90 family's normaliser (same checks, same errors), then run on this family."""
-    check_scales(scales)
-    stand_ins = _fp32_stand_ins(lhs, rhs) if scales == SCALES_UE8M0 else None
-    if stand_ins is not None:
-        lhs, rhs, (packed_sa, packed_sb) = stand_ins
-    layout = normalise(lhs, rhs, out, *(() if index is None else (index,)), *extra)
-    if layout.action == "launch" and layout.arch not in ("sm_100a", "sm_100f"):
-        raise NotImplementedError(f"the sm100 kernels need an sm_100 device, got {layout.arch}")
-    from ..runtime import get_compile_mode
-    if get_compile_mode():  # deep_gemm.set_compile_mode: load the kernel, launch nothing, write nothing
-        if layout.action == "launch":
-            call_kernel(kind, lhs[0], rhs[0], layout.num_sms, layout.arch, layout.expected_m, scales)
-        return
-    if layout.action != "launch" or scales == SCALES_FP32:
-        layout.run(lhs, rhs, out, index)
-        return
-    a, sa = lhs
-    b, sb = rhs
-    n = b.shape[-2]
-    kb = ceil_div(a.shape[-1], 128)
-    if stand_ins is not None:
-        sfa = packed_scales_view(packed_sa, "lhs[1] (SA)", tuple(a.shape[:-2]), a.shape[-2], kb)
-        sfb = packed_scales_view(packed_sb, "rhs[1] (SB)", tuple(b.shape[:-2]), n, kb)
-    else:
-        sfa = pack_ue8m0(sa)
-        sfb = pack_ue8m0(rows_of_block_scales(sb, n))
-    target = out
-    if layout.ragged_n:
-        target = torch.empty((out.shape[0], n + (-n) % 8), dtype=out.dtype, device=out.device)
-    tensors = (a, sfa, b, sfb, target) + (() if index is None else (index,))
-    _launch(kind, tensors, layout.num_sms, layout.arch, layout.expected_m, scales)
-    if layout.ragged_n:
-        out.copy_(target[:, :n])
+@dataclass
+class Ue8m0Layout:
+    """A validated layout of a UE8M0 variant: the FP32 path's checks (`gemm`, made with FP32 stand-ins when the
+    caller's scales are packed) and whether they are. Its calls pack the scales (or check the packed ones' address)
+    and launch, never through a plan `_C` keeps: the scales it launches with are not the caller's tensors."""
+    gemm: GemmLayout
+    packed: bool
+    plans: dict = field(default_factory=dict)
+    family: Optional[Family] = None  # bound by the runtime for a layout that launches
 
+    @property
+    def device(self) -> torch.device:
+        return self.gemm.device
 
-def fp8_gemm_nt(lhs, rhs, out: torch.Tensor, scales: str = SCALES_FP32) -> None:
-    """out = A @ B^T on an sm_100 device: lhs = (A [m, k] e4m3, SA [m, ceil(k/128)] fp32), rhs = (B [n, k] e4m3,
-    SB [ceil(n/128), ceil(k/128)] fp32), out [m, n] bf16.
+    @property
+    def arch(self) -> str:
+        return self.gemm.arch
 
-    scales="fp32": exact FP32 scales (the Hopper numerics). scales="ue8m0": every scale is ROUNDED UP TO A POWER OF
-    TWO and applied by the hardware's block-scaled MMA: faster, but the result is that of the rounded scales, not of
-    the given ones. With "ue8m0" the scales may also come packed: int32 UE8M0 exponents, SA [m, ceil(k/512)] and SB
-    per ROW of B [n, ceil(k/512)], MN-major (`deep_gemm.utils.get_mn_major_tma_aligned_packed_ue8m0_tensor` of
-    power-of-two scales), used as they are."""
-    from .sm90_fp8_gemm_1d2d import normalise_dense
-    _run(KernelType.NORMAL, normalise_dense, lhs, rhs, out, None, (), scales)
+    @property
+    def needs_kernel(self) -> bool:
+        return self.gemm.needs_kernel
 
-
-def m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out: torch.Tensor, m_indices: torch.Tensor,
-                                     scales: str = SCALES_FP32) -> None:
-    """The contiguous MoE GEMM (as `deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous`) on an sm_100 device.
-    scales="ue8m0" ROUNDS EVERY SCALE UP TO A POWER OF TWO (see `fp8_gemm_nt`; packed: SA [M, ceil(k/512)], SB
-    [G, n, ceil(k/512)])."""
-    from .sm90_fp8_gemm_1d2d import normalise_contiguous
-    _run(KernelType.M_GROUPED_CONTIGUOUS, normalise_contiguous, lhs, rhs, out, m_indices, (), scales)
-
-
-def m_grouped_fp8_gemm_nt_masked(lhs, rhs, out: torch.Tensor, masked_m: torch.Tensor, expected_m: int,
-                                 scales: str = SCALES_FP32) -> None:
-    """The masked MoE GEMM (as `deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked`) on an sm_100 device.
-    scales="ue8m0" ROUNDS EVERY SCALE UP TO A POWER OF TWO (see `fp8_gemm_nt`; packed: SA [G, m_max, ceil(k/512)],
-    SB [G, n, ceil(k/512)])."""
-    from .sm90_fp8_gemm_1d2d import normalise_masked
-    _run(KernelType.M_GROUPED_MASKED, normalise_masked, lhs, rhs, out, masked_m, (expected_m,), scales)
-
-
-# ---- Self-test (deep_gemm/selftest.py): small ragged problems against a dequantised FP32 reference ----
-
-# calc_diff bounds: path (a) is the Hopper numerics (a correct kernel lands near 1e-6); path (b) is compared with a
-# reference that uses the same rounded scales, and accumulates a whole tile's K in tensor memory (no promotion).
-SELFTEST_BOUND = {SCALES_FP32: 1e-5, SCALES_UE8M0: 1e-4}
-# (m, n, k) per problem: m ragged against the 128-row blocks, n a multiple of 8 ragged against BLOCK_N, k ragged
-# against the 128-wide K blocks (and a multiple of 16, as TMA needs).
-_SELFTEST_SHAPES = ((1, 72, 208), (130, 200, 576), (300, 136, 128))
-_SELFTEST_GROUPS = 3
-
-
-def _quantised(rows: int, k: int, gen, device, per_block: bool):
-    x = torch.randn((rows, k), generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
-    return per_block_cast_to_fp8(x) if per_block else per_token_cast_to_fp8(x)
-
-
-def run_selftest(kind: KernelType, scales: str, device: torch.device) -> List[selftest.CaseResult]:
-    """Run this family's self-test problems on `device` through the family's own entry points; one result per
-    problem: calc_diff against the dequantised FP32 reference (with the rounded scales on path (b)), and whether
-    every required element was written and nothing else."""
-    from ..testing import dequant_per_block, dequant_per_token
-    gen = torch.Generator(device=device).manual_seed(19)
-    applied = ceil_to_ue8m0 if scales == SCALES_UE8M0 else (lambda s: s)
-    results = []
-    for m, n, k in _SELFTEST_SHAPES:
-        groups = 1 if kind == KernelType.NORMAL else _SELFTEST_GROUPS
-        bs = [_quantised(n, k, gen, device, True) for _ in range(groups)]
-        deq_b = [dequant_per_block(x, applied(s)) for x, s in bs]
-        problem = f"{kind.value} m={m} n={n} k={k}"
-        if kind == KernelType.M_GROUPED_MASKED:
-            As = [_quantised(m, k, gen, device, False) for _ in range(groups)]
-            a, sa = torch.stack([x for x, _ in As]), torch.stack([s for _, s in As])
-            b, sb = torch.stack([x for x, _ in bs]), torch.stack([s for _, s in bs])
-            masked_m = torch.tensor([m, max(m // 2, 1), 0][:groups], dtype=torch.int32, device=device)
-            out = torch.full((groups, m, n), float("nan"), dtype=torch.bfloat16, device=device)
-            m_grouped_fp8_gemm_nt_masked((a, sa), (b, sb), out, masked_m, m, scales)
-            valid = torch.arange(m, device=device).view(1, m, 1) < masked_m.view(groups, 1, 1)
-            ref = torch.stack([dequant_per_token(x, applied(s)) @ deq_b[g].t() for g, (x, s) in enumerate(As)])
-            got = torch.where(valid, out.float(), ref)
-            untouched = (torch.isnan(out.float()) | valid).all()  # rows >= masked_m still hold the NaN poison
+    def run(self, lhs, rhs, out, index=None, *host_ints) -> None:
+        if not self.needs_kernel:  # nothing to compute, or zeros: the FP32 path's handling, on its stand-ins
+            if self.packed:
+                lhs, rhs, _ = _fp32_stand_ins(lhs, rhs)
+            self.gemm.run(lhs, rhs, out, index)
+            return None
+        a, sa = lhs
+        b, sb = rhs
+        n = b.shape[-2]
+        kb = ceil_div(a.shape[-1], 128)
+        if self.packed:
+            sfa = packed_scales_view(sa, "lhs[1] (SA)", tuple(a.shape[:-2]), a.shape[-2], kb)
+            sfb = packed_scales_view(sb, "rhs[1] (SB)", tuple(b.shape[:-2]), n, kb)
         else:
-            rows = m if kind == KernelType.NORMAL else 128 * ceil_div(m, 128) * groups
-            a, sa = _quantised(rows, k, gen, device, False)
-            out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device=device)
-            deq_a = dequant_per_token(a, applied(sa))
-            if kind == KernelType.NORMAL:
-                fp8_gemm_nt((a, sa), bs[0], out, scales)
-                ref = deq_a @ deq_b[0].t()
-            else:
-                b, sb = torch.stack([x for x, _ in bs]), torch.stack([s for _, s in bs])
-                segment = rows // groups
-                m_indices = torch.full((rows,), -1, dtype=torch.int32, device=device)
-                ref = torch.zeros((rows, n), dtype=torch.float32, device=device)
-                for g in range(groups):
-                    used = slice(g * segment, g * segment + max(m - 17 * g, 1))
-                    m_indices[used] = g
-                    ref[used] = deq_a[used] @ deq_b[g].t()
-                m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, m_indices, scales)
-            got = out.float()
-            untouched = None
-        # NOTES: nothing above waits for the device (a hung kernel must not block this loop before the timeout).
-        finished = torch.cuda.Event()
-        finished.record()
-        if not selftest.wait_for(finished.query):
-            # NOTES: a hung kernel keeps the device busy; report it instead of blocking in a synchronize forever.
-            results.append(selftest.CaseResult(problem, float("inf"), SELFTEST_BOUND[scales],
-                                               f"did not finish within {selftest.TIMEOUT_S:g} s (hung)"))
-            break
-        if not bool(torch.isfinite(got).all()):
-            results.append(selftest.CaseResult(problem, float("inf"), SELFTEST_BOUND[scales],
-                                               "NaN/Inf or unwritten elements in the output"))
-            continue
-        results.append(selftest.CaseResult(problem, selftest.calc_diff(got, ref), SELFTEST_BOUND[scales],
-                                           None if untouched is None or bool(untouched) else
-                                           "wrote rows beyond masked_m"))
-    return results
+            sfa = pack_ue8m0(sa)
+            sfb = pack_ue8m0(rows_of_block_scales(sb, n))
+        target = out
+        if self.gemm.ragged_n:
+            target = torch.empty((out.shape[0], n + (-n) % 8), dtype=out.dtype, device=out.device)
+        tensors = (a, sfa, b, sfb, target) + (() if index is None else (index,))
+        geometry = checks.tensor_geometry(tensors)
+        plan = self.plans.get(geometry)
+        if plan is None:
+            plan = self.plans[geometry] = build_plan(self.gemm.kind, tensors, self.gemm.num_sms, self.arch,
+                                                     self.gemm.expected_m, 0, SCALES_UE8M0)
+        launch(plan, tuple(t.data_ptr() for t in tensors))
+        if self.gemm.ragged_n:
+            out.copy_(target[:, :n])
+        return None
+
+    def load_kernel(self, lhs, rhs, out, index=None, *host_ints) -> None:
+        """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing."""
+        if self.needs_kernel:
+            call_kernel(self.gemm.kind, lhs[0], rhs[0], self.gemm.num_sms, self.arch, self.gemm.expected_m,
+                        SCALES_UE8M0)
+
+
+def _ue8m0_layout(normalise, lhs, rhs, out, *rest) -> Ue8m0Layout:
+    stand_ins = _fp32_stand_ins(lhs, rhs)
+    if stand_ins is not None:
+        lhs, rhs, _ = stand_ins
+    return Ue8m0Layout(normalise(lhs, rhs, out, *rest), stand_ins is not None)
+
+
+def normalise_dense_ue8m0(lhs, rhs, out) -> Ue8m0Layout:
+    """Every layout check of `fp8_gemm_nt` with UE8M0 scales (float32, or packed int32 [m, ceil(k/512)] and per ROW
+    of B [n, ceil(k/512)])."""
+    return _ue8m0_layout(normalise_dense, lhs, rhs, out)
+
+
+def normalise_contiguous_ue8m0(lhs, rhs, out, m_indices) -> Ue8m0Layout:
+    """Every layout check of `m_grouped_fp8_gemm_nt_contiguous` with UE8M0 scales (packed: SA [M, ceil(k/512)], SB
+    [G, n, ceil(k/512)])."""
+    return _ue8m0_layout(normalise_contiguous, lhs, rhs, out, m_indices)
+
+
+def normalise_masked_ue8m0(lhs, rhs, out, masked_m, expected_m) -> Ue8m0Layout:
+    """Every layout check of `m_grouped_fp8_gemm_nt_masked` with UE8M0 scales (packed: SA [G, m_max, ceil(k/512)],
+    SB [G, n, ceil(k/512)])."""
+    return _ue8m0_layout(normalise_masked, lhs, rhs, out, masked_m, expected_m)
+
+
+def load(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int = 0) -> _Kernel:
+    """Compile mode's load of the FP32-path variants' kernel (there is no sm100 psum kernel)."""
+    return call_kernel(kind, a, b, num_sms, arch, expected_m, SCALES_FP32)
+
+
+def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_sms: int, arch: str,
+                   psum_alignment: int) -> List[jit.KernelSource]:
+    """The kernels calls of one warm-up shape of `variant` load (deep_gemm.warmup): a UE8M0 variant's are those of
+    its scale path."""
+    kind, scales = _PATHS[variant]
+    return runtime_kernels(shape["n"], shape["k"], num_sms, arch, kind, ms, shape.get("num_groups", 1), scales)
+
+
+DENSE_UE8M0 = Variant("dense_ue8m0", "fp8_gemm_nt", DENSE.signature, normalise_dense_ue8m0, warmup_as=DENSE.name)
+CONTIGUOUS_UE8M0 = Variant("contiguous_ue8m0", "m_grouped_fp8_gemm_nt_contiguous", CONTIGUOUS.signature,
+                           normalise_contiguous_ue8m0, warmup_as=CONTIGUOUS.name)
+MASKED_UE8M0 = Variant("masked_ue8m0", "m_grouped_fp8_gemm_nt_masked", MASKED.signature, normalise_masked_ue8m0,
+                       warmup_as=MASKED.name)
+FAMILY = Family("sm100_fp8_gemm_1d2d", HEADER, FUNCTION, PARAMS, ("sm_100a", "sm_100f"),
+                (DENSE, CONTIGUOUS, MASKED, DENSE_UE8M0, CONTIGUOUS_UE8M0, MASKED_UE8M0), build_plan, clear_kernels,
+                load, warmup_kernels)
+# variant name -> (kind, scale path) of its kernels.
+_PATHS = {variant_name(kind, scales): (kind, scales) for kind in KINDS for scales in (SCALES_FP32, SCALES_UE8M0)}

@@ -1,11 +1,14 @@
-"""The host side of the sm100 family (deep_gemm/launchers/sm100_fp8_gemm.py) that needs no GPU: kernel sources,
-the UE8M0 scale conversion of path (b), and the warm-up / CLI kernel lists for --arch sm_100a."""
+"""The host side of the sm100 family (deep_gemm/families/sm100_fp8_gemm_1d2d.py) that needs no GPU: kernel sources,
+the UE8M0 scale conversion and layouts of path (b), the self-test's problems, and the warm-up / CLI kernel lists for
+--arch sm_100a."""
 import pytest
 import torch
 
+import deep_gemm
+from deep_gemm import selftest, sm100_selftest
+from deep_gemm.families import sm100_fp8_gemm_1d2d as sm100
 from deep_gemm.heuristics import KernelType
 from deep_gemm.heuristics.sm100 import SCALES_FP32, SCALES_UE8M0, build_sm100_config
-from deep_gemm.launchers import sm100_fp8_gemm as sm100
 from deep_gemm.utils.math import ceil_to_ue8m0, pack_ue8m0_to_int
 
 
@@ -66,11 +69,21 @@ def test_runtime_kernels_cover_both_paths_and_need_expected_m_for_masked():
 
 
 def test_selftest_problems_are_ragged():
-    for m, n, k in sm100._SELFTEST_SHAPES:
+    for m, n, k in sm100_selftest._SELFTEST_SHAPES:
         assert n % 8 == 0 and k % 16 == 0  # TMA-legal operands
-    assert any(m % 128 for m, _, _ in sm100._SELFTEST_SHAPES)
-    assert any(k % 128 for _, _, k in sm100._SELFTEST_SHAPES)
-    assert sm100.SELFTEST_BOUND == {SCALES_FP32: 1e-5, SCALES_UE8M0: 1e-4}
+    assert any(m % 128 for m, _, _ in sm100_selftest._SELFTEST_SHAPES)
+    assert any(k % 128 for _, _, k in sm100_selftest._SELFTEST_SHAPES)
+    assert sm100_selftest.SELFTEST_BOUND == {SCALES_FP32: 1e-5, SCALES_UE8M0: 1e-4}
+
+
+def test_selftest_problems_are_registered_and_cover_every_kernel():
+    """The gate (deep_gemm/selftest.py) runs the problems deep_gemm registered; each (kind, scale path) of this family
+    runs as one of its variants."""
+    assert selftest._problems is sm100_selftest.run_selftest
+    served = {v.name for v in sm100.FAMILY.variants}
+    assert {deep_gemm.runtime.VARIANTS[op].name for op in sm100_selftest._OPS.values()} == served
+    assert set(sm100_selftest._OPS) == {(kind, scales) for kind in sm100.KINDS for scales in (SCALES_FP32,
+                                                                                               SCALES_UE8M0)}
 
 
 def _cached_kernels(root) -> dict:
@@ -130,12 +143,17 @@ def test_packed_scales_are_checked():
         sm100.packed_scales_view(good.contiguous(), "lhs[1] (SA)", (), 300, 9)  # K-major
 
 
-class _FakeLayout:
-    """What `_run` reads of a validated layout (deep_gemm.launchers.sm90_fp8_gemm_1d2d.GemmLayout)."""
+class _FakeGemmLayout:
+    """What a UE8M0 layout reads of the FP32 path's validated layout (fp8_gemm_1d2d_args.GemmLayout)."""
 
-    def __init__(self, action="launch", arch="sm_100a", ragged_n=False):
-        self.action, self.arch, self.ragged_n, self.num_sms, self.expected_m = action, arch, ragged_n, 148, 0
+    def __init__(self, action="launch", ragged_n=False):
+        self.action, self.ragged_n, self.num_sms, self.expected_m = action, ragged_n, 148, 0
+        self.kind, self.arch, self.device = KernelType.NORMAL, "sm_100a", torch.device("cpu")
         self.ran = False
+
+    @property
+    def needs_kernel(self):
+        return self.action == "launch"
 
     def run(self, *args):
         self.ran = True
@@ -143,56 +161,63 @@ class _FakeLayout:
 
 @pytest.mark.parametrize("packed", [False, True])
 def test_ue8m0_plumbing_hands_the_kernel_packed_scales(monkeypatch, packed):
-    """Path (b) on CPU tensors with the validation and the launch faked: the kernel gets SFA [kg, m'] and SFB
-    [kg, n'] (per row of B) packed from the FP32 scales, or the caller's packed scales as they are."""
+    """Path (b) on CPU tensors with the validation and the launch faked: the validation sees FP32 scales of the
+    documented shapes, and the kernel gets SFA [kg, m'] and SFB [kg, n'] (per row of B) packed from the FP32 scales,
+    or the caller's packed scales as they are."""
     m, n, k = 130, 200, 576
     kb = -(-k // 128)
     a, b = torch.zeros((m, k), dtype=torch.float8_e4m3fn), torch.zeros((n, k), dtype=torch.float8_e4m3fn)
     sa, sb = torch.rand((m, kb)) + 0.1, torch.rand((-(-n // 128), kb)) + 0.1
-    launched = {}
-    monkeypatch.setattr(sm100, "_launch", lambda kind, tensors, *rest: launched.update(kind=kind, tensors=tensors))
+    built, launched = {}, []
+    monkeypatch.setattr(sm100, "build_plan", lambda kind, tensors, *rest: built.update(kind=kind, tensors=tensors,
+                                                                                       scales=rest[-1]) or "plan")
+    monkeypatch.setattr(sm100, "launch", lambda *args: launched.append(args))
     seen = {}
 
     def normalise(lhs, rhs, out):
         seen.update(sa=lhs[1], sb=rhs[1])
-        return _FakeLayout()
+        return _FakeGemmLayout()
 
     lhs, rhs = (a, sa), (b, sb)
     if packed:
         lhs = (a, sm100.pack_ue8m0(sa).transpose(-1, -2))
         rhs = (b, sm100.pack_ue8m0(sm100.rows_of_block_scales(sb, n)).transpose(-1, -2))
     out = torch.empty((m, n), dtype=torch.bfloat16)
-    sm100._run(KernelType.NORMAL, normalise, lhs, rhs, out, None, (), SCALES_UE8M0)
-    # The validation always sees FP32 scales of the documented shapes.
+    layout = sm100._ue8m0_layout(normalise, lhs, rhs, out)
+    assert layout.packed == packed
     assert seen["sa"].dtype == torch.float32 and seen["sa"].shape == (m, kb)
     assert seen["sb"].shape == (2, kb)
-    _, sfa, _, sfb, target = launched["tensors"]
-    assert target is out and launched["kind"] == KernelType.NORMAL
+    assert layout.run(lhs, rhs, out) is None  # never a plan for `_C`: the scales launched are not the caller's
+    _, sfa, _, sfb, target = built["tensors"]
+    assert target is out and built["kind"] == KernelType.NORMAL and built["scales"] == SCALES_UE8M0
     assert torch.equal(sfa, sm100.pack_ue8m0(sa)) and sfa.stride() == (132, 1)
     assert torch.equal(sfb, sm100.pack_ue8m0(sm100.rows_of_block_scales(sb, n))) and sfb.stride() == (200, 1)
+    assert launched == [("plan", tuple(t.data_ptr() for t in built["tensors"]))]
+    layout.run(lhs, rhs, out)
+    assert len(launched) == 2 and built["tensors"][0] is a  # the plan is kept per geometry: built once
+    assert list(layout.plans) == [sm100.checks.tensor_geometry(built["tensors"])]
 
 
-def test_fp32_path_and_no_op_layouts_run_the_validated_layout(monkeypatch):
-    monkeypatch.setattr(sm100, "_launch", lambda *args: pytest.fail("path (b) launched"))
-    for scales, action in ((SCALES_FP32, "launch"), (SCALES_UE8M0, "none"), (SCALES_UE8M0, "zero")):
-        layout = _FakeLayout(action=action)
-        sm100._run(KernelType.NORMAL, lambda *args: layout, (None, None), (None, None), None, None, (), scales)
-        assert layout.ran
-    with pytest.raises(NotImplementedError, match="sm_100 device"):
-        sm100._run(KernelType.NORMAL, lambda *args: _FakeLayout(arch="sm_90a"), (None, None), (None, None), None,
-                   None, (), SCALES_FP32)
+@pytest.mark.parametrize("action", ["none", "zero"])
+def test_ue8m0_layouts_without_a_launch_run_the_validated_layout(monkeypatch, action):
+    monkeypatch.setattr(sm100, "build_plan", lambda *args: pytest.fail("path (b) built a plan"))
+    gemm = _FakeGemmLayout(action=action)
+    layout = sm100.Ue8m0Layout(gemm, packed=False)
+    assert not layout.needs_kernel
+    layout.run((None, None), (None, None), None)
+    assert gemm.ran
+
+
+def test_ue8m0_variants_run_on_sm100_only():
+    for name in ("dense_ue8m0", "contiguous_ue8m0", "masked_ue8m0"):
+        assert deep_gemm.runtime.families_of(name, "sm_100a") == (sm100.FAMILY,)
+        assert deep_gemm.runtime.families_of(name, "sm_90a") == ()
 
 
 def test_compile_mode_loads_without_launching(monkeypatch):
-    import deep_gemm
     loaded = []
-    monkeypatch.setattr(sm100, "_launch", lambda *args: pytest.fail("launched in compile mode"))
+    monkeypatch.setattr(sm100, "build_plan", lambda *args: pytest.fail("built a plan in compile mode"))
     monkeypatch.setattr(sm100, "call_kernel", lambda kind, a, b, *rest: loaded.append((kind, rest[-1])))
-    layout = _FakeLayout()
-    deep_gemm.set_compile_mode(True)
-    try:
-        for scales in (SCALES_FP32, SCALES_UE8M0):
-            sm100._run(KernelType.NORMAL, lambda *args: layout, (None, None), (None, None), None, None, (), scales)
-    finally:
-        deep_gemm.set_compile_mode(False)
-    assert not layout.ran and loaded == [(KernelType.NORMAL, SCALES_FP32), (KernelType.NORMAL, SCALES_UE8M0)]
+    sm100.FAMILY.load(KernelType.NORMAL, None, None, 148, "sm_100a", 0, 0)  # the FP32 path's variants
+    sm100.Ue8m0Layout(_FakeGemmLayout(), packed=False).load_kernel((None, None), (None, None), None)
+    assert loaded == [(KernelType.NORMAL, SCALES_FP32), (KernelType.NORMAL, SCALES_UE8M0)]

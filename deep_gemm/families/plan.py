@@ -5,55 +5,78 @@ Tensors are referred to by their index in the call's tensor list (the order `_C`
 pair, then the other tensor arguments, as in the public signature)."""
 import functools
 import struct
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
 
+from .._c_loader import load_c
 from ..jit.runtime import current_context
+
+_C = load_c()
+
+# NOTES: the families launch through this name, so that this module and the runtime are the only importers of the
+# extension module.
+launch = _C.launch
 
 _MAP_BYTES = 128   # sizeof(CUtensorMap)
 _MAP_ALIGN = 128   # alignof(CUtensorMap) (cuda.h 13)
 
 
-class ParamBuffer:
-    """One launch's kernel parameters, appended in the kernel's parameter order."""
+# The kinds of kernel parameters, as a family declares them (`PARAMS`: (name, kind) in the `__global__` signature's
+# order; tests/families/test_params.py checks each declaration against its kernel header): a CUtensorMap, a pointer,
+# 32- and 64-bit integers, a by-value struct.
+TENSOR_MAP, POINTER, U32, U64, STRUCT = "tensor_map", "pointer", "u32", "u64", "struct"
+_SIZES = {TENSOR_MAP: (_MAP_BYTES, _MAP_ALIGN), POINTER: (8, 8), U32: (4, 4), U64: (8, 8)}
 
-    def __init__(self):
+
+class ParamBuffer:
+    """One launch's kernel parameters, filled by name in the order of the kernel's declaration `params` (a tuple of
+    (name, kind)); a name out of order, of another kind or missing at `launch` is a bug of the family."""
+
+    def __init__(self, params: Sequence[Tuple[str, str]]):
+        self._params = tuple(params)
         self._data = bytearray()
         self.offsets: List[int] = []
         self.maps: List[tuple] = []
         self.ptrs: List[tuple] = []
 
-    def _append(self, size: int, align: int) -> int:
+    def _append(self, name: str, kind: str, size: int = 0, align: int = 0) -> int:
+        index = len(self.offsets)
+        if index >= len(self._params) or self._params[index] != (name, kind):
+            expected = self._params[index] if index < len(self._params) else "nothing"
+            raise AssertionError(f"kernel parameter {index}: got {(name, kind)}, the declaration has {expected}")
+        if kind != STRUCT:
+            size, align = _SIZES[kind]
         offset = (len(self._data) + align - 1) // align * align
         self._data.extend(b"\0" * (offset + size - len(self._data)))
         self.offsets.append(offset)
         return offset
 
-    def tensor_map(self, tensor: int, element_size: int, dims: Sequence[int], strides: Sequence[int],
+    def tensor_map(self, name: str, tensor: int, element_size: int, dims: Sequence[int], strides: Sequence[int],
                    box: Sequence[int], swizzle_bytes: int, l2_promotion: bool = True, ptr_offset: int = 0) -> None:
         """A CUtensorMap parameter over tensor `tensor` (+ `ptr_offset` bytes): dims innermost first, strides of the
         outer dimensions in elements."""
-        offset = self._append(_MAP_BYTES, _MAP_ALIGN)
+        offset = self._append(name, TENSOR_MAP)
         self.maps.append(map_patch(offset, tensor, ptr_offset, element_size, dims, strides, box, swizzle_bytes,
                                    l2_promotion))
 
-    def pointer(self, tensor: int, ptr_offset: int = 0) -> None:
-        """A pointer parameter: tensor `tensor`'s address (+ `ptr_offset` bytes)."""
-        self.ptrs.append((self._append(8, 8), tensor, ptr_offset))
+    def unused_tensor_map(self, name: str) -> None:
+        """A CUtensorMap parameter the kernel does not read on this path (left zero)."""
+        self._append(name, TENSOR_MAP)
 
-    def null_pointer(self) -> None:
-        self._append(8, 8)
+    def pointer(self, name: str, tensor: Optional[int], ptr_offset: int = 0) -> None:
+        """A pointer parameter: tensor `tensor`'s address (+ `ptr_offset` bytes), or null for None."""
+        offset = self._append(name, POINTER)
+        if tensor is not None:
+            self.ptrs.append((offset, tensor, ptr_offset))
 
-    def u32(self, value: int) -> None:
-        offset = self._append(4, 4)
-        struct.pack_into("<I", self._data, offset, value)
+    def u32(self, name: str, value: int) -> None:
+        struct.pack_into("<I", self._data, self._append(name, U32), value)
 
-    def u64(self, value: int) -> None:
-        offset = self._append(8, 8)
-        struct.pack_into("<Q", self._data, offset, value)
+    def u64(self, name: str, value: int) -> None:
+        struct.pack_into("<Q", self._data, self._append(name, U64), value)
 
-    def blob(self, size: int) -> int:
+    def struct(self, name: str, size: int) -> int:
         """A by-value struct parameter of `size` bytes (filled through `write_u32` / `add_map_at`); its offset."""
-        return self._append(size, _MAP_ALIGN)
+        return self._append(name, STRUCT, size, _MAP_ALIGN)
 
     def write_u32(self, offset: int, value: int) -> None:
         struct.pack_into("<I", self._data, offset, value)
@@ -67,6 +90,8 @@ class ParamBuffer:
 
     def launch(self, grid: int, block: int, smem: int, cluster: int) -> tuple:
         """The launch tuple `_C.make_plan` takes."""
+        missing = self._params[len(self.offsets):]
+        assert not missing, f"kernel parameters never filled: {missing}"
         return (grid, block, smem, cluster, len(self._data), tuple(self.offsets), bytes(self._data),
                 tuple(self.maps), tuple(self.ptrs))
 
@@ -84,14 +109,12 @@ def map_patch(offset: int, tensor: int, ptr_offset: int, element_size: int, dims
 def make_plan(function, device_index: int, align_masks: Sequence[int], extents: Sequence[int], outputs: Sequence[int],
               launches: Sequence[tuple]):
     """A `_C` plan for the current context (the device's, made current by the caller)."""
-    from .. import _C
     return _C.make_plan(int(function), int(current_context()), device_index, tuple(align_masks), tuple(extents),
                         tuple(outputs), tuple(launches))
 
 
 def noop_plan(device_index: int, num_tensors: int, extents: Sequence[int], outputs: Sequence[int]):
     """A plan that launches nothing (m = 0 or n = 0): cached like any other, so such calls stay cheap."""
-    from .. import _C
     return _C.make_plan(0, 0, device_index, (0,) * num_tensors, tuple(extents), tuple(outputs), ())
 
 

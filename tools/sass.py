@@ -3,24 +3,25 @@
 The main loop is the innermost natural loop whose body holds warpgroup MMAs (FP8 wgmma disassembles to `QGMMA`);
 its cost is counted per K block of one math warp's instruction stream:
 instructions in the body / K blocks the (unrolled) body covers, K blocks = MMAs / (MMAs per K block per warp).
-Used by tests/jit/test_codegen_budget.py and by hand:
+A developer tool outside the package (the runtime never imports it), used by tests/jit/test_codegen_budget.py and
+by hand from the repository root.
 
-    python -m deep_gemm.jit.sass --family dense --m 4096 --n 7168 --k 16384 [--block-m 256 --block-n 128]
+Usage: python -m tools.sass --family dense --m 4096 --n 7168 --k 16384 [--block-m 256 --block-n 128]
 """
 import argparse
-import glob
-import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from ..heuristics.common import GemmConfig
-from ..heuristics.sm90 import num_math_threads
+from deep_gemm.families import sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d
+from deep_gemm.heuristics import GemmProblem, KernelType, get_config
+from deep_gemm.heuristics.common import GemmConfig
+from deep_gemm.heuristics.sm90 import build_sm90_config, num_math_threads
+from deep_gemm.heuristics.sm90_wgrad import build_wgrad_config, get_wgrad_config, group_capacity
+from deep_gemm.jit.compiler import NVRTCCompiler
+from deep_gemm.jit.disasm import find_cuobjdump, sass_text
 
 # Warpgroup MMA opcodes (wgmma.mma_async): QGMMA = FP8 inputs, HGMMA = 16-bit inputs.
 MMA_OPCODES = ("QGMMA", "HGMMA")
@@ -82,53 +83,10 @@ def parse_sass(text: str) -> Dict[str, List[Instruction]]:
     return functions
 
 
-def _find_tool(name: str) -> Optional[str]:
-    """`name` from the NVIDIA wheels (nvidia/*/bin), else a CUDA toolkit's, else PATH; None if absent."""
-    candidates = []
-    try:
-        import nvidia
-        for root in nvidia.__path__:
-            candidates += sorted(glob.glob(os.path.join(root, "*", "bin", name)))
-    except ImportError:
-        pass
-    for home in (os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"):
-        if home:
-            candidates.append(os.path.join(home, "bin", name))
-    on_path = shutil.which(name)
-    if on_path:
-        candidates.append(on_path)
-    return next((c for c in candidates if os.path.isfile(c) and os.access(c, os.X_OK)), None)
-
-
-def find_cuobjdump() -> Optional[str]:
-    """cuobjdump, or None unless both it and nvdisasm (which `cuobjdump -sass` runs) are found: the
-    nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels of the `test` extra, else a CUDA toolkit's."""
-    tool = _find_tool("cuobjdump")
-    return tool if tool is not None and _find_tool("nvdisasm") is not None else None
-
-
 def disassemble(cubin: bytes, cuobjdump: Optional[str] = None) -> Dict[str, List[Instruction]]:
     """{mangled function name: instructions} of every kernel in `cubin`."""
     return parse_sass(sass_text(cubin, cuobjdump))
 
-
-def sass_text(cubin: bytes, cuobjdump: Optional[str] = None) -> str:
-    """`cuobjdump -sass` of `cubin` (FileNotFoundError when cuobjdump/nvdisasm are not found)."""
-    tool = cuobjdump or find_cuobjdump()
-    nvdisasm = _find_tool("nvdisasm")
-    if tool is None or nvdisasm is None:
-        raise FileNotFoundError("cuobjdump/nvdisasm not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm "
-                                "(the `test` extra)")
-    # NOTES: cuobjdump looks for nvdisasm beside itself, then on PATH.
-    env = dict(os.environ, PATH=os.pathsep.join((os.path.dirname(nvdisasm), os.environ.get("PATH", ""))))
-    with tempfile.TemporaryDirectory(prefix="deep_gemm_sass_") as tmp:
-        path = os.path.join(tmp, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        proc = subprocess.run([tool, "-sass", path], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{tool} -sass failed (exit {proc.returncode}):\n{proc.stderr}")
-    return proc.stdout
 
 
 def pick_function(functions: Dict[str, List[Instruction]], name_contains: str = "") -> List[Instruction]:
@@ -340,18 +298,13 @@ def main_loop(instructions: Sequence[Instruction], mmas_per_k_block: int) -> Loo
 
 def _config(args) -> Tuple[object, GemmConfig]:
     """(KernelSource, config) for the command line's problem, the heuristic's pick unless a tile is forced."""
-    from ..heuristics import GemmProblem, KernelType, get_config
     if args.family == "wgrad":
-        from ..heuristics.sm90_wgrad import build_wgrad_config, get_wgrad_config, group_capacity
-        from ..launchers.sm90_fp8_wgrad_1d1d import kernel_source
         if args.block_m:
             config = build_wgrad_config(args.m, args.n, args.groups, args.block_m, args.block_n, args.num_sms,
                                         args.multicast, not args.multicast_on_b)
         else:
             config = get_wgrad_config(args.m, args.n, args.groups, args.num_sms)
-        return kernel_source(args.n, config, group_capacity(args.groups)), config
-    from ..heuristics.sm90 import build_sm90_config
-    from ..launchers.sm90_fp8_gemm_1d2d import kernel_source
+        return sm90_fp8_wgrad_1d1d.kernel_source(args.n, config, group_capacity(args.groups)), config
     kind = {"dense": KernelType.NORMAL, "contiguous": KernelType.M_GROUPED_CONTIGUOUS,
             "masked": KernelType.M_GROUPED_MASKED}[args.family]
     if args.block_m:
@@ -360,11 +313,11 @@ def _config(args) -> Tuple[object, GemmConfig]:
     else:
         groups = 1 if kind == KernelType.NORMAL else args.groups
         config = get_config(GemmProblem(args.m, args.n, args.k, args.num_sms, kernel_type=kind, num_groups=groups))
-    return kernel_source(args.n, args.k, config, kind), config
+    return sm90_fp8_gemm_1d2d.kernel_source(args.n, args.k, config, kind), config
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deep_gemm.jit.sass",
+    parser = argparse.ArgumentParser(prog="python -m tools.sass",
                                      description="Compile one sm_90a kernel with NVRTC and print its main loop's "
                                                  "instructions per K block per math warp.")
     parser.add_argument("--family", choices=("dense", "contiguous", "masked", "wgrad"), default="dense")
@@ -382,7 +335,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if bool(args.block_m) != bool(args.block_n):
         parser.error("--block-m and --block-n go together")
 
-    from .compiler import NVRTCCompiler
     tool = find_cuobjdump()
     if tool is None:
         print("cuobjdump not found: pip install nvidia-cuda-cuobjdump", file=sys.stderr)

@@ -4,23 +4,28 @@ D += A B^T): validation of each op's arguments into a layout, the kernel configu
 A launch covers up to MAX_GROUPS_PER_LAUNCH groups: their A/B tensor maps and K extents travel as one kernel
 parameter (`WgradGroups`), so nothing is copied to the device and a captured CUDA graph replays them by value."""
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .. import _C, jit, log
+from .. import jit, log
+from ..device import get_device_arch, get_num_sms
 from ..envs import read_env
 from ..heuristics.common import GemmConfig, ceil_div, get_forced_config
 from ..heuristics.sm90_wgrad import MAX_GROUPS_PER_LAUNCH, get_wgrad_config, group_capacity
 from ..jit.runtime import ensure_context
-from ..ops import checks
-from ..utils import get_col_major_tma_aligned_tensor, get_device_arch, get_num_sms, get_tma_aligned_size
-from .plan import ParamBuffer, make_plan, noop_plan
+from ..scale_layout import get_col_major_tma_aligned_tensor, get_tma_aligned_size
+from . import checks
+from .plan import STRUCT, TENSOR_MAP, U32, ParamBuffer, launch, make_plan, noop_plan
+from .variant import INT_LIST, PAIR, TENSOR, Family, Variant
 
 HEADER = "deep_gemm/sm90/fp8_wgrad_1d1d.cuh"
 # NOTES: DeepGEMM's tests profile kernels by the substrings "fp8_wgrad_gemm" (May 2025) and "gemm_" (v2).
 FUNCTION = "deep_gemm::sm90::fp8_wgrad_gemm_1d1d_impl"
 _TMA_BYTES = 128
+# The kernel's parameters, in its signature's order (`groups`: the WgradGroups struct of the groups' A/B maps and K).
+PARAMS = (("groups", STRUCT), ("tensor_map_sa", TENSOR_MAP), ("tensor_map_sb", TENSOR_MAP),
+          ("tensor_map_d", TENSOR_MAP), ("shape_m", U32), ("num_groups", U32))
 
 
 def kernel_source(n: int, config: GemmConfig, capacity: int) -> jit.KernelSource:
@@ -106,8 +111,8 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     launches = []
     for g0 in range(0, num_groups, MAX_GROUPS_PER_LAUNCH):
         g1 = min(num_groups, g0 + MAX_GROUPS_PER_LAUNCH)
-        params = ParamBuffer()
-        base = params.blob(groups_param_size(cap))
+        params = ParamBuffer(PARAMS)
+        base = params.struct("groups", groups_param_size(cap))
         counts = base + 2 * cap * _TMA_BYTES
         for i, g in enumerate(range(g0, g1)):
             k = ops.ks[g]
@@ -118,25 +123,20 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
                                   (128, cfg.block_n), 128, ptr_offset=ops.b_offsets[g])
             params.write_u32(counts + 4 * i, ceil_div(k, 128))
             params.write_u32(counts + 4 * (cap + i), kb_offsets[g])
-        params.tensor_map(1, 4, (ops.m, total_kb), (ops.sa_stride,), (cfg.block_m, 1), 0, l2_promotion=False)
-        params.tensor_map(3, 4, (ops.n, total_kb), (ops.sb_stride,), (cfg.block_n, 1), 0, l2_promotion=False)
-        params.tensor_map(4, 4, (ops.n, ops.m, g1 - g0), (ops.d_row_stride, ops.d_group_stride),
+        params.tensor_map("tensor_map_sa", 1, 4, (ops.m, total_kb), (ops.sa_stride,), (cfg.block_m, 1), 0,
+                          l2_promotion=False)
+        params.tensor_map("tensor_map_sb", 3, 4, (ops.n, total_kb), (ops.sb_stride,), (cfg.block_n, 1), 0,
+                          l2_promotion=False)
+        params.tensor_map("tensor_map_d", 4, 4, (ops.n, ops.m, g1 - g0), (ops.d_row_stride, ops.d_group_stride),
                           (cfg.swizzle_d_bytes // 4, 64, 1), cfg.swizzle_d_bytes,
                           ptr_offset=g0 * ops.d_group_stride * 4)
-        params.u32(ops.m)
-        params.u32(g1 - g0)
+        params.u32("shape_m", ops.m)
+        params.u32("num_groups", g1 - g0)
         launches.append(params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast))
     return make_plan(kernel.function, device_index, (15,) * 5, extents, (4,), launches)
 
 
 # ---- Validation: the normalisers of the two ops of this family, one layout type, one `run` ----
-
-def can_implement(device: torch.device, op: str) -> None:
-    """Raise NotImplementedError unless this family has a kernel for the device."""
-    arch = get_device_arch(device.index)
-    if arch != "sm_90a":
-        raise NotImplementedError(f"{op} has no kernel for {arch} yet (device {device})")
-
 
 def _is_transposed_form(s, name: str, rows: int, kb: int, allow_row_form: bool = True) -> bool:
     """Which accepted form 2-D float32 scales `s` have: [kb, rows] with a unit inner stride (the "transposed" form,
@@ -207,6 +207,11 @@ class WgradLayout:
     num_sms: int
     arch: str
     plans: dict = field(default_factory=dict)
+    family: Optional[Family] = None  # bound by the runtime for a layout that launches
+
+    @property
+    def needs_kernel(self) -> bool:
+        return not self.nothing_to_do
 
     def run(self, lhs, rhs, out, batch_sizes=None):
         """The per-call part: pointer checks, layout conversions, the launch. Returns the plan when the call
@@ -238,16 +243,16 @@ class WgradLayout:
         """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing, write
         nothing."""
         if not self.nothing_to_do:
-            _kernel(self.m, self.n, len(self.ks), self.num_sms, self.device.index, self.arch)
+            self.family.load(self.m, self.n, len(self.ks), self.num_sms, self.device.index, self.arch)
 
     def _launch(self, tensors, sa_stride: int, sb_stride: int):
         geometry = (checks.tensor_geometry(tensors), sa_stride, sb_stride)
         plan = self.plans.get(geometry)
         if plan is None:
-            plan = self.plans[geometry] = build_plan(self._operands(tensors, sa_stride, sb_stride),
+            plan = self.plans[geometry] = self.family.build_plan(self._operands(tensors, sa_stride, sb_stride),
                                                      [checks.extent_bytes(t) for t in tensors], self.device.index,
                                                      self.num_sms, self.arch)
-        _C.launch(plan, tuple(t.data_ptr() for t in tensors))
+        launch(plan, tuple(t.data_ptr() for t in tensors))
         return plan
 
     def _operands(self, tensors, sa_stride: int, sb_stride: int) -> Operands:
@@ -299,7 +304,6 @@ def normalise_wgrad(lhs, rhs, out) -> WgradLayout:
     checks.check_tma_matrix(b, "rhs[0] (B)")
     for s, name, rows in ((sa, "lhs[1] (SA)", m), (sb, "rhs[1] (SB)", n)):
         _is_transposed_form(s, name, rows, kb)  # a conversion, if any, is per call
-    can_implement(device, "wgrad_gemm_fp8_fp8_fp32_nt")
     return _layout(False, False, device, m, n, (k,), kb, out, tensors)
 
 
@@ -359,5 +363,19 @@ def normalise_k_grouped(lhs, rhs, out, batch_sizes) -> WgradLayout:
         return _layout(True, True, device, m, n, ks, total_kb, out, tensors)
     for s, name, rows in ((sa, "lhs[1] (SA)", m), (sb, "rhs[1] (SB)", n)):
         _is_transposed_form(s, name, rows, total_kb, allow_row_form=False)
-    can_implement(device, "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt")
     return _layout(True, False, device, m, n, ks, total_kb, out, tensors)
+
+
+def warmup_kernels(variant: str, shape: dict, ms, num_sms: int, arch: str,
+                   psum_alignment: int) -> List[jit.KernelSource]:
+    """The kernels calls of one warm-up shape of `variant` load (deep_gemm.warmup): wgrad (m, n), k_grouped (m, n,
+    num_groups); K never changes the kernel."""
+    m, n = shape["m"], shape["n"]
+    return [kernel_source(n, *kernel_choice(m, n, shape.get("num_groups", 1), num_sms))]
+
+
+WGRAD = Variant("wgrad", "wgrad_gemm_fp8_fp8_fp32_nt", (PAIR, PAIR, TENSOR), normalise_wgrad, warmup_fields=("m", "n"))
+K_GROUPED = Variant("k_grouped", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", (PAIR, PAIR, TENSOR, INT_LIST),
+                    normalise_k_grouped, warmup_fields=("m", "n", "num_groups"))
+FAMILY = Family("sm90_fp8_wgrad_1d1d", HEADER, FUNCTION, PARAMS, ("sm_90a",), (WGRAD, K_GROUPED), build_plan,
+                clear_kernels, _kernel, warmup_kernels)

@@ -3,19 +3,25 @@ int32, MN-major), for a batch of [mn, k'] scale matrices (`Op.PACK_UE8M0`) or th
 (`Op.PACK_UE8M0_K_GROUPED`). Validation into a layout, and the `_C` plan that launches the kernel."""
 import numbers
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 
 from .. import jit
+from ..device import get_device_arch
 from ..heuristics.common import ceil_div
 from ..jit.runtime import ensure_context
-from ..ops import checks
-from ..utils import get_device_arch
-from .plan import ParamBuffer, make_plan, noop_plan
+from . import checks
+from .plan import POINTER, U32, U64, ParamBuffer, launch, make_plan, noop_plan
+from .variant import ANY_ARCH, INT, INT_LIST, TENSOR, Family, Variant
 
 HEADER = "deep_gemm/common/sf_layout.cuh"
 FUNCTION = "deep_gemm::pack_fp32_into_ue8m0_impl"
 NUM_THREADS = 256
+# The kernel's parameters, in its signature's order.
+PARAMS = (("sf", POINTER), ("out", POINTER), ("ks", POINTER), ("num_groups", U32), ("mn", U32), ("sf_k", U32),
+          ("gran_k", U32), ("sf_rows", U32), ("in_group_stride", U64), ("in_stride_k", U64), ("in_stride_mn", U64),
+          ("out_row_stride", U32))
 
 _functions = {}
 
@@ -37,6 +43,22 @@ def clear_kernels() -> None:
     _functions.clear()
 
 
+def build_plan(layout: "PackLayout"):
+    """The `_C` plan of one validated layout (`PackLayout`)."""
+    params = ParamBuffer(PARAMS)
+    params.pointer("sf", 0)
+    params.pointer("out", 1)
+    params.pointer("ks", 2 if layout.k_grouped else None)
+    for name in ("num_groups", "mn", "sf_k", "gran_k", "sf_rows"):
+        params.u32(name, getattr(layout, name))
+    for name in ("in_group_stride", "in_stride_k", "in_stride_mn"):
+        params.u64(name, getattr(layout, name))
+    params.u32("out_row_stride", layout.out_row_stride)
+    launch = params.launch(layout.out_rows, NUM_THREADS, 0, 1)
+    function = _function(layout.device.index, layout.arch)
+    return make_plan(function, layout.device.index, (3,) * len(layout.extents), layout.extents, (1,), (launch,))
+
+
 @dataclass
 class PackLayout:
     """One validated geometry: the kernel's scalar arguments (uniform batch or k-grouped) and the output rows."""
@@ -53,7 +75,13 @@ class PackLayout:
     out_rows: int
     out_row_stride: int
     extents: tuple
+    arch: str
     plans: dict = field(default_factory=dict)
+    family: Optional[Family] = None  # bound by the runtime
+
+    @property
+    def needs_kernel(self) -> bool:
+        return True
 
     def run(self, sf, out, grouped_layout=None, *host_args):
         tensors = (sf, out) if grouped_layout is None else (sf, out, grouped_layout)
@@ -65,20 +93,8 @@ class PackLayout:
             return noop_plan(self.device.index, len(tensors), self.extents, (1,))
         plan = self.plans.get(None)
         if plan is None:
-            params = ParamBuffer()
-            params.pointer(0), params.pointer(1)
-            params.pointer(2) if self.k_grouped else params.null_pointer()
-            for v in (self.num_groups, self.mn, self.sf_k, self.gran_k, self.sf_rows):
-                params.u32(v)
-            for v in (self.in_group_stride, self.in_stride_k, self.in_stride_mn):
-                params.u64(v)
-            params.u32(self.out_row_stride)
-            launch = params.launch(self.out_rows, NUM_THREADS, 0, 1)
-            function = _function(self.device.index, get_device_arch(self.device.index))
-            plan = self.plans[None] = make_plan(function, self.device.index, (3,) * len(tensors), self.extents,
-                                                (1,), (launch,))
-        from .. import _C
-        _C.launch(plan, tuple(ptrs))
+            plan = self.plans[None] = self.family.build_plan(self)
+        launch(plan, tuple(ptrs))
         return plan
 
 
@@ -98,7 +114,8 @@ def normalise_pack(sf, out) -> PackLayout:
         raise ValueError(f"out must be MN-major with stacked batches, got strides {out.stride()}")
     device = checks.check_same_cuda_device([("sf", sf), ("out", out)])
     return PackLayout(device, False, batch, mn, sf_k, 0, sf_k, sf.stride(0) if sf.dim() == 3 else 0, sf.stride(-1),
-                      sf.stride(-2), batch * k4, out.stride(-1), (checks.extent_bytes(sf), checks.extent_bytes(out)))
+                      sf.stride(-2), batch * k4, out.stride(-1), (checks.extent_bytes(sf), checks.extent_bytes(out)),
+                      get_device_arch(device.index))
 
 
 def normalise_pack_k_grouped(sf, out, grouped_layout, ks, gran_k) -> PackLayout:
@@ -121,4 +138,12 @@ def normalise_pack_k_grouped(sf, out, grouped_layout, ks, gran_k) -> PackLayout:
     named = [("sf", sf), ("out", out), ("grouped_layout", grouped_layout)]
     device = checks.check_same_cuda_device(named)
     return PackLayout(device, True, len(ks), mn, 0, gran_k, sf_rows, 0, sf.stride(0), sf.stride(1), out_rows,
-                      out.stride(0), tuple(checks.extent_bytes(t) for _, t in named))
+                      out.stride(0), tuple(checks.extent_bytes(t) for _, t in named), get_device_arch(device.index))
+
+
+PACK_UE8M0 = Variant("pack_ue8m0", "get_mn_major_tma_aligned_packed_ue8m0_tensor", (TENSOR, TENSOR), normalise_pack,
+                     gemm=False)
+PACK_UE8M0_K_GROUPED = Variant("pack_ue8m0_k_grouped", "get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor",
+                               (TENSOR, TENSOR, TENSOR, INT_LIST, INT), normalise_pack_k_grouped, gemm=False)
+FAMILY = Family("sf_layout", HEADER, FUNCTION, PARAMS, (ANY_ARCH,), (PACK_UE8M0, PACK_UE8M0_K_GROUPED), build_plan,
+                clear_kernels)

@@ -1,8 +1,10 @@
-"""Input validation and TMA operand geometry shared by the kernel families: every failure names the argument and what
-was expected. A leaf module (torch only), so a tensor argument's validation never leaves it."""
+"""Input validation and TMA operand geometry shared by the kernel families (not a family itself): every failure names
+the argument and what was expected."""
 from typing import Optional, Sequence, Tuple
 
 import torch
+
+from ..scale_layout import get_col_major_tma_aligned_tensor, get_tma_aligned_size
 
 
 def unpack_pair(value, name: str) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -121,16 +123,10 @@ def rows_view(t: torch.Tensor, name: str) -> torch.Tensor:
     return t.view(g * r, c)
 
 
-def _tma_aligned(x: int, element_size: int) -> int:
-    """`x` elements rounded up to a multiple of 16 bytes (as `deep_gemm.get_tma_aligned_size`)."""
-    per16 = 16 // element_size
-    return (x + per16 - 1) // per16 * per16
-
-
 def tma_row_stride(t: torch.Tensor) -> int:
     """Row stride (elements) to give TMA for a 2-D operand: its own, or any legal one when there is a single row."""
     rows, cols = t.shape
-    return t.stride(0) if rows > 1 else _tma_aligned(cols, t.element_size())
+    return t.stride(0) if rows > 1 else get_tma_aligned_size(cols, t.element_size())
 
 
 def tensor_geometry(tensors) -> Tuple:
@@ -138,20 +134,9 @@ def tensor_geometry(tensors) -> Tuple:
     return tuple((tuple(t.shape), t.stride()) for t in tensors)
 
 
-def is_col_major_tma_aligned(x: torch.Tensor) -> bool:
-    """Whether [m, k'] / [g, m, k'] `x` has the strides `get_col_major_tma_aligned_tensor` returns (the pointer's
-    16-byte alignment is not checked: it changes from call to call where the layout does not)."""
-    m, k = x.shape[-2], x.shape[-1]
-    aligned_m = _tma_aligned(m, x.element_size())
-    if not (x.stride(-2) == 1 and (x.stride(-1) == aligned_m or k == 1)):
-        return False
-    return x.dim() == 2 or x.stride(0) == aligned_m * k or x.shape[0] == 1
-
-
 def tma_ready_scales(sa: torch.Tensor, sb: torch.Tensor, sa_ready: bool, sb_contiguous: bool):
     """(SA, SB) as the kernels read them: SA MN-major and TMA-aligned (converted unless `sa_ready` and its pointer
     is 16-byte aligned), SB contiguous. `sa_ready` / `sb_contiguous` come from a caller's cached layout checks."""
     if not (sa_ready and sa.data_ptr() % 16 == 0):
-        from ..utils import get_col_major_tma_aligned_tensor
         sa = get_col_major_tma_aligned_tensor(sa)
     return sa, sb if sb_contiguous else sb.contiguous()
