@@ -7,9 +7,19 @@ class CUDADriverError(RuntimeError):
     pass
 
 
+try:
+    # NOTES: imported with the package rather than at the first launch: the import takes ~20 ms, which was most of
+    # the first call of a process after a warm-up (measured on an H100).
+    from cuda.bindings import driver as _loaded_driver
+except ImportError:  # the base install has no CUDA wheel (pyproject's cu12 / cu13 extras); `_driver` says so on use
+    _loaded_driver = None
+
+
 def _driver():
-    from cuda.bindings import driver
-    return driver
+    if _loaded_driver is None:
+        from cuda.bindings import driver  # raises the ImportError that names what is missing
+        return driver
+    return _loaded_driver
 
 
 def check(result):

@@ -516,7 +516,7 @@ def _fake_build_many(calls):
 
 
 def _variant_sources():
-    from deep_gemm.launchers.sm90_fp8_gemm_1d2d import runtime_kernels
+    from deep_gemm.families.sm90_fp8_gemm_1d2d import runtime_kernels
     return runtime_kernels(256, 128, 132, ARCH)
 
 
@@ -585,7 +585,7 @@ def test_build_group_marker_depends_on_the_code_and_compiler(tmp_path, monkeypat
 def test_warmup_marks_the_dense_groups_so_first_calls_skip_enumeration(tmp_path, monkeypatch):
     """After `warmup(dense=...)`, the first call's precompile check of that (n, k) enumerates nothing."""
     from deep_gemm.jit import parallel
-    from deep_gemm.launchers import sm90_fp8_gemm_1d2d as family
+    from deep_gemm.families import sm90_fp8_gemm_1d2d as family
     from deep_gemm.warmup import warmup
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
     calls = []
