@@ -26,12 +26,14 @@ from .jit.parallel import missing
 from .runtime import VARIANTS, families_of
 from .utils.layout import get_mk_alignment_for_contiguous_layout
 
-__all__ = ["warmup", "MoEModel", "MODELS", "model_shapes", "is_compile_leader", "FAMILIES"]
+__all__ = ["warmup", "MoEModel", "MODELS", "model_shapes", "is_compile_leader", "FAMILIES", "WARMUP_FIELDS"]
 
 # The variants a warm-up takes shapes of (the registry's, deep_gemm.runtime.VARIANTS), by name.
 _WARMUP = tuple(v for v in VARIANTS if v.warmup_fields is not None)
 _BY_NAME = {v.name: v for v in _WARMUP}
 FAMILIES = tuple(_BY_NAME)
+# The fields of one warm-up shape of each (the CLI builds the shapes of a variant it has no rule of its own for).
+WARMUP_FIELDS = {name: v.warmup_fields for name, v in _BY_NAME.items()}
 ARCHS = ("sm_90a", "sm_100a")
 DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
 DEFAULT_NUM_SMS_SM100 = 148  # B200
