@@ -211,6 +211,12 @@ def test_the_copys_cli_and_variant_list_tests_cover_it(copy_with_family):
                                "tests/tools/test_variant_lists.py::test_the_registry_lists"], 600)
     assert tests.returncode == 0, tests.stdout[-6000:]
     assert " passed" in tests.stdout and "skipped" not in tests.stdout, tests.stdout[-2000:]
+    # Its SPECS entry brings it into the CPU tests of the public GEMMs: its malformed calls, its operator (schema,
+    # fake implementation, one node under Dynamo).
+    tests = _run(root, cache, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_malformed_calls.py",
+                               "tests/ops/test_library.py", "-k", "scaled or covers_every or registry"], 600)
+    assert tests.returncode == 0, tests.stdout[-6000:]
+    assert re.search(r"\b(9|[1-9]\d+) passed", tests.stdout), tests.stdout[-2000:]
 
 
 # What the derived operators replaced: the hand-written ones' schemas (alias set names aside).
