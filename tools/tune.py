@@ -325,7 +325,8 @@ def _spec_problem(family, values, bms, bns) -> Problem:
                     except ValueError:
                         continue
         return cfgs
-    return Problem(f"{family} {json.dumps(values)}", case.run, kernel, 2 * mnk[0] * mnk[1] * mnk[2], picked, make_config, None, grid, check)
+    return Problem(f"{family} {json.dumps(values)}", case.run, kernel, 2 * mnk[0] * mnk[1] * mnk[2], picked,
+                   make_config, None, grid, check)
 
 
 def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False) -> Problem:
