@@ -3,7 +3,8 @@
 Suites (--suite, default all; one per GEMM variant of the registry on sm_90a, deep_gemm.runtime.variants_on): dense
 (gemm_fp8_fp8_bf16_nt, plus host overhead and compile time), contiguous, masked and psum (the MoE grouped GEMMs; psum:
 the contiguous GEMM with DeepGEMM's psum layout), bmm (the batched GEMM at MLA's shapes), wgrad and k_grouped (weight
-gradients, FP32 accumulate).
+gradients, FP32 accumulate); any other GEMM variant runs the problems of its tests/gemm_cases.py SPECS entry (its
+`small` one and three drawn by its sampler), kernel time only (no cuBLAS column; TFLOPS where the problem has m, n, k).
 Method (DeepGEMM's own benchmark method): randn inputs quantised 1x128 (LHS) / 128x128 (RHS); kernel time from the
 torch profiler, every call preceded by an 8 GB memset (L2 flush + cool-down); mean of --num-tests calls.
 TFLOPS = 2mnk / t; GB/s = (mk + nk + 2mn) / t. cuBLAS blockwise is skipped (n/a) when k % 128 != 0, where it
@@ -31,6 +32,7 @@ Usage: python benchmarks/bench.py [--suite dense ...] [--shapes MxNxK ...] [--js
 import argparse
 import datetime
 import importlib.metadata
+import importlib.util
 import json
 import math
 import os
@@ -46,7 +48,7 @@ from typing import Optional
 import torch
 
 import deep_gemm
-from deep_gemm.runtime import variants_on
+from deep_gemm.runtime import VARIANTS, families_of, variants_on
 from deep_gemm.testing import bench_kineto, calc_diff, dequant_per_block, dequant_per_token
 
 DENSE_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
@@ -638,13 +640,15 @@ def case_label(row: dict, section: str) -> str:
         return f"{kind} {row['groups']}x{row['m']} {row['n']}x{row['k']}"
     if kind == "bmm":
         return f"bmm {row['batches']}x{row['m']} {row['n']}x{row['k']}"
+    if "problem" in row:
+        return f"{kind} " + " ".join(f"{k}={v}" for k, v in row["problem"].items())
     if kind == "k_grouped":
         return f"k-grouped {row['groups']}x {row['m']}x{row['n']} k~{row['k']}"
     return f"wgrad {row['m']}x{row['n']}x{row['k']}"
 
 
 SECTIONS = (("rows", "dense"), ("grouped", "grouped (contiguous, masked, psum)"), ("bmm", "batched (bmm)"),
-            ("wgrad", "weight gradients"))
+            ("wgrad", "weight gradients"), ("spec", "other GEMMs (tests/gemm_cases.py problems)"))
 
 
 def plot(result: dict, path: str) -> None:
@@ -683,10 +687,48 @@ def plot(result: dict, path: str) -> None:
 
 
 # One suite per GEMM variant the registry serves on sm_90a, and the section of the result its rows go to (which also
-# picks its runner; tests/tools/test_variant_lists.py checks that every suite has one).
+# picks its runner): the variants with a suite of their own above, and "spec" (run_spec_suites) for every other one,
+# so that a new variant is benchmarked without an edit here (tests/tools/test_variant_lists.py checks that each
+# "spec" suite has a SPECS entry).
 SUITES = variants_on("sm_90a", gemm=True)
-SUITE_SECTION = dict(dense="rows", contiguous="grouped", masked="grouped", psum="grouped", bmm="bmm", wgrad="wgrad",
-                     k_grouped="wgrad")
+_OWN_SECTION = dict(dense="rows", contiguous="grouped", masked="grouped", psum="grouped", bmm="bmm", wgrad="wgrad",
+                    k_grouped="wgrad")
+SUITE_SECTION = {name: _OWN_SECTION.get(name, "spec") for name in SUITES}
+SPEC_SAMPLES = 3  # problems drawn by a "spec" suite's sampler, after its small one
+
+
+def spec_problems(suite: str):
+    """(GemmSpec, problems) of a "spec" suite: its tests/gemm_cases.py entry (by the variant's public name), its
+    small problem and SPEC_SAMPLES drawn with fixed seeds. The module is loaded from its file, since this script
+    also runs as `python benchmarks/bench.py`, where the repo root is not importable."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "gemm_cases.py")
+    loader = importlib.util.spec_from_file_location("gemm_cases", path)
+    gemm_cases = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(gemm_cases)
+    SPEC_BY_NAME = gemm_cases.SPEC_BY_NAME
+    public_name = next(v.public_name for v in VARIANTS if v.name == suite)
+    spec = SPEC_BY_NAME[public_name]
+    return spec, [spec.small] + [spec.sample(random.Random(seed)) for seed in range(SPEC_SAMPLES)]
+
+
+def run_spec_suites(suites, num_tests, results):
+    """The "spec" suites: each problem checked once against its reference, then timed (the kernel of the family
+    the registry dispatches the variant to on sm_90a, selected by its function's name)."""
+    for suite in (s for s in suites if SUITE_SECTION[s] == "spec"):
+        spec, problems = spec_problems(suite)
+        kernel = families_of(suite, "sm_90a")[0].function.rsplit("::", 1)[-1]
+        for i, problem in enumerate(problems):
+            case = spec.build(problem, torch.device("cuda"), i)
+            case.reset()
+            case.run()
+            case.check()
+            t = bench_kineto(case.run, kernel, num_tests=num_tests)
+            flops = 2 * problem["m"] * problem["n"] * problem["k"] if {"m", "n", "k"} <= set(problem) else None
+            r = dict(kind=suite, problem=problem, us=t * 1e6, tflops=flops / t / 1e12 if flops and t else None,
+                     cublas_tflops=None)
+            results.add("spec", r)
+            print(f"{case_label(r, 'spec')} | {r['us']:8.1f} us"
+                  + (f" {r['tflops']:7.0f} TFLOPS" if r["tflops"] else ""), flush=True)
 
 
 def parse_args(argv=None):
@@ -749,6 +791,8 @@ def main():
         run_bmm_suite(args.num_tests, results)
     if "wgrad" in sections:
         run_wgrad_suites(args.suite, args.num_tests, results)
+    if "spec" in sections:
+        run_spec_suites(args.suite, args.num_tests, results)
     if "dense" in args.suite and not args.skip_host:
         host = host_overhead_us(args.host_batch)
         results.summarize(host_us_per_call=host, launch_path=deep_gemm.get_launch_path(), host_batch=args.host_batch)

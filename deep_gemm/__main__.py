@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 from ._version import __version__
 from .envs import read_env
-from .warmup import ARCHS, FAMILIES, MODELS, MoEModel, warmup
+from .warmup import ARCHS, FAMILIES, MODELS, WARMUP_FIELDS, MoEModel, warmup
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,8 +93,12 @@ def _shapes_of(args, families: List[str]) -> Tuple[dict, List[int]]:
             out[family] = [(n, k, args.groups, sorted(ms)) for (n, k), ms in sorted(expected.items())]
         elif family == "wgrad":
             out["wgrad"] = sorted({(m, n) for m, n, _ in mnk})
-        else:
+        elif family == "k_grouped":
             out["k_grouped"] = sorted({(m, n, args.groups) for m, n, _ in mnk})
+        else:  # any other variant: its warm-up fields, from --m/--n/--k (or --shapes) and --groups
+            fields = WARMUP_FIELDS[family]
+            out[family] = sorted({tuple(dict(m=m, n=n, k=k, num_groups=args.groups)[f] for f in fields)
+                                  for m, n, k in mnk})
     return out, sorted(set(args.m or []) | {m for m, _, _ in mnk})
 
 

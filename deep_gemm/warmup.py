@@ -26,12 +26,14 @@ from .jit.parallel import missing
 from .runtime import VARIANTS, families_of
 from .utils.layout import get_mk_alignment_for_contiguous_layout
 
-__all__ = ["warmup", "MoEModel", "MODELS", "model_shapes", "is_compile_leader", "FAMILIES"]
+__all__ = ["warmup", "MoEModel", "MODELS", "model_shapes", "is_compile_leader", "FAMILIES", "WARMUP_FIELDS"]
 
 # The variants a warm-up takes shapes of (the registry's, deep_gemm.runtime.VARIANTS), by name.
 _WARMUP = tuple(v for v in VARIANTS if v.warmup_fields is not None)
 _BY_NAME = {v.name: v for v in _WARMUP}
 FAMILIES = tuple(_BY_NAME)
+# The fields of one warm-up shape of each (the CLI builds the shapes of a variant it has no rule of its own for).
+WARMUP_FIELDS = {name: v.warmup_fields for name, v in _BY_NAME.items()}
 ARCHS = ("sm_90a", "sm_100a")
 DEFAULT_NUM_SMS = 132  # H100 / H200 SXM
 DEFAULT_NUM_SMS_SM100 = 148  # B200
@@ -213,7 +215,8 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
            wgrad: Iterable = (), k_grouped: Iterable = (), bmm: Iterable = (), *, model: Optional[MoEModel] = None,
            tp: int = 1, max_tokens: int = 4096, training: bool = False, families: Optional[Iterable[str]] = None,
            ms: Optional[Iterable[int]] = None, num_sms: Optional[int] = None, arch: str = "sm_90a", jobs: int = 0,
-           progress: bool = True, leader: Optional[bool] = None, leader_timeout_s: float = 300.0) -> dict:
+           progress: bool = True, leader: Optional[bool] = None, leader_timeout_s: float = 300.0,
+           **shapes_of: Iterable) -> dict:
     """Compile into the disk cache (DG_JIT_CACHE_DIR) every kernel that calls of these shapes will load.
 
     Shapes per family (the runtime's kernel depends on nothing else):
@@ -221,7 +224,8 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
         of an (n, k) precompiles (restrict to the kernels of given row counts with `ms`);
       masked / psum (n, k, num_groups, expected_m): expected_m a list of values, or an int: every value 1..int;
       wgrad (m, n): the weight gradient's output [m, n]; k_grouped (m, n, num_groups);
-      bmm (n, k, num_batches, m): the batched GEMM's rows per batch m, a list or an int (every value 1..int).
+      bmm (n, k, num_batches, m): the batched GEMM's rows per batch m, a list or an int (every value 1..int);
+      any other variant in `FAMILIES`, by its name as a keyword: shapes of its `Variant.warmup_fields`.
     `model` (e.g. MODELS["deepseek-v3"]) adds `model_shapes(model, tp, max_tokens, training)`; `families` keeps
     only those families. num_sms: the SMs the calls will use (default: the current GPU's count, or its
     `set_num_sms` cap; 132 without a GPU). jobs: compile processes (default: CPUs, at most 16).
@@ -239,9 +243,13 @@ def warmup(dense: Iterable = (), contiguous: Iterable = (), masked: Iterable = (
     _positive(num_sms=num_sms)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"jobs must be an int >= 0 (0: one per CPU, at most 16), got {jobs!r}")
-    given = dict(dense=dense, contiguous=contiguous, masked=masked, psum=psum, wgrad=wgrad, k_grouped=k_grouped,
-                 bmm=bmm)
-    shapes = {name: list(given[name]) for name in FAMILIES}
+    unknown = sorted(set(shapes_of) - set(FAMILIES))
+    if unknown:
+        raise TypeError(f"warmup() got unexpected keyword arguments {unknown} (the variants with warm-up shapes: "
+                        f"{FAMILIES})")
+    given = dict(shapes_of, dense=dense, contiguous=contiguous, masked=masked, psum=psum, wgrad=wgrad,
+                 k_grouped=k_grouped, bmm=bmm)
+    shapes = {name: list(given.get(name, ())) for name in FAMILIES}
     if model is not None:
         if not isinstance(model, MoEModel):
             raise TypeError(f"model must be a deep_gemm.warmup.MoEModel, got {type(model).__name__}")

@@ -675,6 +675,11 @@ class GemmSpec:
     build: Callable[[dict, object, int], Case]     # (problem, device, seed) -> Case
     small: dict                                    # a quick, ragged problem for graph/device/determinism tests
     share: int                                     # weight in the random sweep
+    # The public parameters' names and malformed calls of a GEMM whose table rows are not in
+    # tests/test_malformed_calls.py (a new one keeps them here): (id, change of the named arguments, exception type,
+    # the argument its message names, whether CPU tensors reach that check).
+    arg_names: Tuple[str, ...] = ()
+    malformed: Tuple[Tuple[str, Callable[[dict], None], type, str, bool], ...] = ()
 
 
 SPECS: List[GemmSpec] = [

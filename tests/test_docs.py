@@ -16,9 +16,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "benchmarks", "results")
 DOCS = ["README.md", "CONTRIBUTING.md", "benchmarks/NOTES.md", "benchmarks/results/README.md"] + \
     sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(REPO, "docs")) if f.endswith(".md"))
-# NOTES: written on other branches of the same change (the kernel-family guide and the kernel shell); the README side
-# links them already. Remove each name once its file is in the tree.
-PENDING = {"docs/adding_a_family.md", "docs/kernel_shell.md"}
 TABLE = re.compile(r"<!-- readme_table (--cases )?(\S+) -->\n(.*?)\n<!-- /readme_table -->", re.S)
 
 
@@ -110,7 +107,7 @@ def test_links_stay_inside_the_repository_and_resolve():
             assert not path.startswith(".."), f"{doc} links outside the repository: {target}"
             if not os.path.exists(os.path.join(REPO, path)):
                 missing.add(path)
-    assert missing <= PENDING, missing - PENDING
+    assert not missing, missing
 
 
 def test_results_folder_holds_exactly_what_its_index_lists():

@@ -10,7 +10,7 @@ from typing import Callable
 import pytest
 import torch
 
-from gemm_cases import SPEC_BY_NAME, Case
+from gemm_cases import SPEC_BY_NAME, SPECS, Case
 
 DENSE = "gemm_fp8_fp8_bf16_nt"
 CONTIGUOUS = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"
@@ -21,6 +21,7 @@ BMM = "bmm_fp8_fp8_bf16_nt"
 ARG_NAMES = {BMM: ["lhs", "rhs", "out"], DENSE: ["lhs", "rhs", "out"], CONTIGUOUS: ["lhs", "rhs", "out", "m_indices"],
              MASKED: ["lhs", "rhs", "out", "masked_m", "expected_m"], WGRAD: ["lhs", "rhs", "out"],
              K_GROUPED: ["lhs", "rhs", "out", "batch_sizes"]}
+ARG_NAMES.update({s.name: list(s.arg_names) for s in SPECS if s.arg_names})
 
 
 @dataclass(frozen=True)
@@ -159,11 +160,14 @@ CASES = [
     Bad("bmm-x-batches-interleaved", BMM, _set("lhs", 0, fn=lambda t: t.transpose(0, 1).contiguous().transpose(0, 1)),
         ValueError, "lhs[0] (x)", cpu=False),
 ]
+CASES += [Bad(id, s.name, change, exc, names, cpu) for s in SPECS for id, change, exc, names, cpu in s.malformed]
 
 
 def _named(case: Case) -> dict:
     d = dict(zip(ARG_NAMES[case.fn_name], case.args))
-    d["lhs"], d["rhs"] = list(d["lhs"]), list(d["rhs"])
+    for pair in ("lhs", "rhs"):
+        if pair in d:
+            d[pair] = list(d[pair])
     return d
 
 

@@ -3,7 +3,9 @@
 Usage: python -m tools.tune --family FAMILY CASE ... [options]
   FAMILY  every GEMM variant the registry serves on sm_90a (deep_gemm.runtime.variants_on): dense, contiguous,
           masked, psum, bmm, wgrad, k_grouped
-  CASE   dense, wgrad: MxNxK;  contiguous, masked, psum: G:m:n:k (rows per group m x U(0.7, 1.3) with the
+  CASE   any other GEMM variant: its tests/gemm_cases.py SPECS problem as a JSON object with the fields of the
+         spec's small problem, e.g. '{"m": 4096, "n": 7168, "k": 2048}' (the dense 1D2D grid where it has m, n, k);
+         dense, wgrad: MxNxK;  contiguous, masked, psum: G:m:n:k (rows per group m x U(0.7, 1.3) with the
          seeds of benchmarks/bench.py; --skew draws skewed expert loads around m instead: a fifth of the experts
          empty, a tenth at 4m);  k_grouped: MxNxK:G (G groups of K each, one launch);  bmm: BxMxNxK (B batches)
   --bm / --bn        block sizes of the candidate grid (defaults per family); every legal pair, with and without
@@ -15,20 +17,33 @@ Every candidate is compiled in parallel first, checked against the dequantised r
 k_grouped), then timed with the bench method (kineto kernel time, L2 flush per call); '*' marks the heuristic's pick.
 """
 import argparse
+import json
 import random
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 from deep_gemm.runtime import variants_on
 
+from deep_gemm.runtime import VARIANTS, families_of, variants_on
+from tests.gemm_cases import SPEC_BY_NAME
+
 # The variants this tool tunes: the registry's GEMMs on sm_90a (tests/tools/test_variant_lists.py checks that every
 # one has a CASE form and a problem maker below).
 FAMILIES = variants_on("sm_90a", gemm=True)
-# Per variant: the CASE form, the kineto repetitions, whether it runs the 1D1D (weight-gradient) kernel.
-CASE_FORMS = dict(dense="MxNxK", contiguous="G:m:n:k", masked="G:m:n:k", psum="G:m:n:k", bmm="BxMxNxK",
+# Per variant: the CASE form, the kineto repetitions, whether it runs the 1D1D (weight-gradient) kernel. A variant
+# without a problem maker of its own takes its tests/gemm_cases.py SPECS problem (`_spec_problem`), so a new variant
+# is tunable without an edit here.
+_OWN_FORMS = dict(dense="MxNxK", contiguous="G:m:n:k", masked="G:m:n:k", psum="G:m:n:k", bmm="BxMxNxK",
                   wgrad="MxNxK", k_grouped="MxNxK:G")
-DEFAULT_TESTS = dict(dense=15, contiguous=10, masked=10, psum=10, bmm=15, wgrad=10, k_grouped=10)
+SPEC_FORM = "JSON"
+CASE_FORMS = {name: _OWN_FORMS.get(name, SPEC_FORM) for name in FAMILIES}
+DEFAULT_TESTS = {name: dict(dense=15, bmm=15).get(name, 10) for name in FAMILIES}
 WGRAD_KERNEL = ("wgrad", "k_grouped")
+
+
+def _spec_of(family: str):
+    public_name = next(v.public_name for v in VARIANTS if v.name == family)
+    return SPEC_BY_NAME[public_name]
 
 
 @dataclass
@@ -40,7 +55,7 @@ class Problem:
     flops: int
     picked: object                                # the heuristic's GemmConfig
     make_config: Callable[..., object]            # (block_m, block_n, multicast, on_a, stages) -> GemmConfig
-    source: Callable[[object], object]            # GemmConfig -> jit.KernelSource
+    source: Optional[Callable[[object], object]]  # GemmConfig -> jit.KernelSource (None: built on first call)
     grid: Callable[[List[int], List[int], List[int]], list]   # (bms, bns, stages) -> GemmConfigs
     check: Optional[Callable[[], float]] = None   # one call, then calc_diff against the reference
 
@@ -48,6 +63,11 @@ class Problem:
 def parse_case(family: str, case: str):
     """The integers of a CASE (see the usage); ValueError naming the expected form."""
     try:
+        if CASE_FORMS[family] == SPEC_FORM:
+            values = json.loads(case)
+            if not isinstance(values, dict) or set(values) != set(_spec_of(family).small):
+                raise ValueError
+            return values
         if CASE_FORMS[family] == "G:m:n:k":
             values = [int(v) for v in case.split(":")]
         else:
@@ -58,7 +78,10 @@ def parse_case(family: str, case: str):
         if len(values) != 4 - (family in ("dense", "wgrad")):
             raise ValueError
     except ValueError:
-        raise ValueError(f"CASE {case!r}: expected {CASE_FORMS[family]} for --family {family}") from None
+        form = CASE_FORMS[family]
+        if form == SPEC_FORM:
+            form = "a JSON object with the fields " + ", ".join(_spec_of(family).small)
+        raise ValueError(f"CASE {case!r}: expected {form} for --family {family}") from None
     return values
 
 
@@ -263,9 +286,54 @@ def _wgrad_problem(family, values, bms, bns) -> Problem:
                    make_config, lambda cfg: sm90_fp8_wgrad_1d1d.kernel_source(n, cfg, capacity), grid, check)
 
 
+def _spec_problem(family, values, bms, bns) -> Problem:
+    """A variant without a problem maker of its own: its SPECS case (inputs and reference check from
+    tests/gemm_cases.py), timed by its family's kernel name, over the dense 1D2D config grid (the family reads
+    `get_forced_config()`); the problem needs m, n and k fields."""
+    import torch
+
+    import deep_gemm
+    from deep_gemm.heuristics import GemmProblem, get_config
+    from deep_gemm.heuristics.sm90 import MAX_STAGES, _legal_block, build_sm90_config
+    if not {"m", "n", "k"} <= set(values):
+        raise ValueError(f"--family {family}: its problem has no m, n, k fields, so no config grid to tune")
+    spec = _spec_of(family)
+    case = spec.build(values, torch.device("cuda"), 0)
+    kernel = families_of(family, "sm_90a")[0].function.rsplit("::", 1)[-1]
+    sms = deep_gemm.get_num_sms()
+    mnk = (values["m"], values["n"], values["k"])
+    picked = get_config(GemmProblem(*mnk, sms))
+
+    def check():
+        case.reset()
+        case.run()
+        case.check()  # raises on a wrong value or a written guard band
+        return None
+
+    def make_config(bm, bn, mc, on_a, stages):
+        if not _legal_block(bm, bn):
+            raise ValueError(f"block {bm}x{bn} is not a legal 1D2D tile")
+        return build_sm90_config(*mnk, bm, bn, sms, mc, on_a, stages or MAX_STAGES)
+
+    def grid(bms, bns, max_stages):
+        cfgs = []
+        for stages in max_stages or [MAX_STAGES]:
+            for bm in bms or [64, 128, 256]:
+                for bn in bns or [64, 96, 128, 160, 192]:
+                    try:
+                        cfgs.append(make_config(bm, bn, 1, True, stages))
+                    except ValueError:
+                        continue
+        return cfgs
+    return Problem(f"{family} {json.dumps(values)}", case.run, kernel, 2 * mnk[0] * mnk[1] * mnk[2], picked,
+                   make_config, None, grid, check)
+
+
 def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False) -> Problem:
     """The inputs, call and config builders of one CASE of `family` (on the current CUDA device)."""
     values = parse_case(family, case)
+    if CASE_FORMS[family] == SPEC_FORM:
+        return _spec_problem(family, values, bms, bns)
     if family in WGRAD_KERNEL:
         return _wgrad_problem(family, values, bms, bns)
     return _sm90_problem(family, values, bms, bns, skew)
@@ -321,7 +389,8 @@ def main() -> None:
     for case in args.cases:
         problem = make_problem(args.family, case, args.bm, args.bn, args.skew)
         cfgs = candidates(problem, args)
-        jit.build_many([problem.source(c) for c in cfgs], "sm_90a")
+        if problem.source is not None:
+            jit.build_many([problem.source(c) for c in cfgs], "sm_90a")
         print(f"== {problem.label}; heuristic: {describe(problem.picked)}", flush=True)
         for cfg in cfgs:
             with forced_config(cfg):

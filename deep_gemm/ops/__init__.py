@@ -3,10 +3,16 @@ from .gemm import gemm_fp8_fp8_bf16_nt
 from .grouped import (get_m_alignment_for_contiguous_layout, m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
                       m_grouped_gemm_fp8_fp8_bf16_nt_masked)
 from .wgrad import k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32_nt
-from . import library  # noqa: F401  (registers torch.ops.deep_gemm.*)
+from . import library
 from . import v2
 from .v2 import *  # noqa: F401,F403  (DeepGEMM v2 names)
 
 __all__ = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
            "get_m_alignment_for_contiguous_layout", "wgrad_gemm_fp8_fp8_fp32_nt",
            "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", "bmm_fp8_fp8_bf16_nt", "w8a8_block_fp8_bmm"] + v2.__all__
+
+# The public GEMMs that are torch custom operators, torch.ops.deep_gemm.<name> (library.py derives each from its
+# variant): what torch.compile traces as one node.
+OPERATORS = (gemm_fp8_fp8_bf16_nt, m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked,
+             wgrad_gemm_fp8_fp8_fp32_nt, k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, bmm_fp8_fp8_bf16_nt)
+library.register(OPERATORS)

@@ -48,10 +48,10 @@ OPCHECK_PROBLEM = {"gemm_fp8_fp8_bf16_nt": dict(k=256), "wgrad_gemm_fp8_fp8_fp32
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_opcheck(spec):
     case = spec.build({**spec.small, **OPCHECK_PROBLEM.get(spec.name, {})}, torch.device("cuda"), 11)
-    (a, sa), (b, sb), out, *rest = case.args
+    flat = tuple(x for arg in case.args for x in (arg if isinstance(arg, tuple) else (arg,)))  # pairs unpacked
     op = getattr(torch.ops.deep_gemm, spec.name).default
     # test_schema is left out: it compares tensors with arithmetic that torch lacks for float8_e4m3fn.
-    result = torch.library.opcheck(op, (a, sa, b, sb, out, *rest),
+    result = torch.library.opcheck(op, flat,
                                    test_utils=("test_faketensor", "test_autograd_registration",
                                                "test_aot_dispatch_dynamic"))
     assert all(v == "SUCCESS" for v in result.values()), result

@@ -107,7 +107,7 @@ def test_bitwise_deterministic_across_runs_streams_and_inputs_copies(spec):
             torch.cuda.current_stream().wait_stream(side)
         elif i == 4:
             args = list(case.args)
-            args[:2] = [tuple(_copy(t) for t in pair) for pair in args[:2]]
+            args[:2] = [tuple(_copy(t) for t in a) if isinstance(a, tuple) else _copy(a) for a in args[:2]]
             case.fn(*args)
         else:
             case.run()

@@ -7,6 +7,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deep_gemm
+from deep_gemm.ops import library
 from gemm_cases import SPECS
 
 IDS = [s.name for s in SPECS]
@@ -15,7 +16,7 @@ IDS = [s.name for s in SPECS]
 def test_every_public_gemm_is_in_the_robustness_registry():
     """New public GEMMs must join tests/gemm_cases.py SPECS (and so every robustness test)."""
     public = {name for name in deep_gemm.__all__ if "gemm_fp8" in name or "bmm_fp8" in name}
-    assert public == {s.name for s in SPECS}
+    assert public | set(library.OPS) == {s.name for s in SPECS}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
@@ -23,16 +24,18 @@ def test_operator_registered_with_mutation_of_out(spec):
     op = getattr(torch.ops.deep_gemm, spec.name).default
     schema = op._schema
     names = [a.name for a in schema.arguments]
-    assert names[:5] == ["a", "sa", "b", "sb", "out"], names
-    out_arg = schema.arguments[4]
+    case = spec.build(spec.small, torch.device("cpu"), 0)
+    assert len(names) == len(_flat_args(case)) and "out" in names, names
+    if isinstance(case.args[0], tuple):  # (tensor, scales) pairs flatten into a, sa / b, sb (ops/library.py)
+        assert names[:5] == ["a", "sa", "b", "sb", "out"], names
+    out_arg = schema.arguments[names.index("out")]
     assert out_arg.alias_info is not None and out_arg.alias_info.is_write, "out must be declared as mutated"
     assert not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments if a.name != "out")
     assert len(schema.returns) == 0
 
 
 def _flat_args(case):
-    (a, sa), (b, sb), out, *rest = case.args
-    return (a, sa, b, sb, out, *rest)
+    return tuple(x for arg in case.args for x in (arg if isinstance(arg, tuple) else (arg,)))
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)

@@ -2,6 +2,7 @@
 their variants from the runtime's registry, and each has what it needs for every one of them, so that a new variant
 cannot miss a tool (no GPU needed)."""
 import inspect
+import json
 
 import pytest
 
@@ -31,7 +32,10 @@ def test_warmup_and_cli_families_are_the_registry_variants():
     params = inspect.signature(deep_gemm.warmup).parameters
     assert [p for p in params if params[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD] == \
         ["dense", "contiguous", "masked", "psum", "wgrad", "k_grouped", "bmm"]  # the public signature, unchanged
-    assert set(WARMUP_FAMILIES) <= set(params)
+    # The other variants' shapes are keyword arguments of their names (**shapes_of): each is taken.
+    assert any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for family in WARMUP_FAMILIES:
+        assert deep_gemm.warmup(**{family: []}, num_sms=132, progress=False)["kernels"] == 0
 
 
 def test_cli_family_choices_are_the_warmup_families(capsys):
@@ -46,6 +50,9 @@ def test_tuner_covers_every_gemm_variant():
     assert tune.FAMILIES == SM90_GEMMS
     assert set(tune.CASE_FORMS) == set(tune.DEFAULT_TESTS) == set(SM90_GEMMS)
     assert set(tune.WGRAD_KERNEL) < set(SM90_GEMMS)
+    for family in (f for f, form in tune.CASE_FORMS.items() if form == tune.SPEC_FORM):
+        small = tune._spec_of(family).small  # a variant without a problem maker tunes its SPECS problem
+        assert tune.parse_case(family, json.dumps(small)) == small
     for family in SM90_GEMMS:
         with pytest.raises(ValueError, match=f"for --family {family}"):
             tune.parse_case(family, "not-a-case")
@@ -54,7 +61,13 @@ def test_tuner_covers_every_gemm_variant():
 def test_benchmark_suites_cover_every_gemm_variant():
     assert bench.SUITES == SM90_GEMMS
     assert set(bench.SUITE_SECTION) == set(SM90_GEMMS)
-    assert set(bench.SUITE_SECTION.values()) == {key for key, _ in bench.SECTIONS}
+    # Every suite has a runner (its section's), every section but the SPECS-driven one has a suite of its own, and a
+    # variant without one runs its tests/gemm_cases.py problems.
+    assert set(bench.SUITE_SECTION.values()) <= {key for key, _ in bench.SECTIONS}
+    assert set(bench.SUITE_SECTION.values()) | {"spec"} == {key for key, _ in bench.SECTIONS}
+    for suite in (s for s, section in bench.SUITE_SECTION.items() if section == "spec"):
+        spec, problems = bench.spec_problems(suite)
+        assert len(problems) == 1 + bench.SPEC_SAMPLES and problems[0] == spec.small
     assert bench.parse_args(["--suite", "psum", "bmm"]).suite == ["psum", "bmm"]
 
 
