@@ -36,6 +36,7 @@ try:
 except ImportError:  # not POSIX: no locks, the rename race decides
     fcntl = None
 
+from ..envs import read_env
 from .paths import project_headers, project_include_dir
 
 CUBIN = "kernel.cubin"
@@ -62,13 +63,40 @@ def _headers_digest() -> str:
 
 def _headers_digest_cached():
     # NOTES: headers only change between processes (installs/edits), so hash them once per process, keyed by
-    # their mtimes so that a test editing a header in-process still sees the change.
+    # their sizes and mtimes so that a test editing a header in-process still sees the change.
     root = project_include_dir()
-    stamp = tuple((rel, os.stat(os.path.join(root, rel)).st_mtime_ns) for rel in project_headers())
+    stamp = tuple((rel, st.st_size, st.st_mtime_ns)
+                  for rel in project_headers() for st in (os.stat(os.path.join(root, rel)),))
     if _HEADERS.get("stamp") != stamp:
         _HEADERS["stamp"] = stamp
-        _HEADERS["digest"] = _headers_digest()
+        _HEADERS["digest"] = _remembered_headers_digest(root, stamp)
     return _HEADERS["digest"]
+
+
+def _remembered_headers_digest(root: str, stamp: tuple) -> str:
+    """The headers' digest, remembered in the cache directory under a name made of their paths, sizes and mtimes.
+    NOTES: hashing the headers took 3-6 ms, the largest piece of a process's first call after a warm-up; like the
+    NVRTC identity, it is read back from one small file while the headers are unchanged."""
+    path = os.path.join(read_env().jit_cache_dir, "headers_digest",
+                        hashlib.sha256(repr((root, stamp)).encode()).hexdigest()[:32])
+    try:
+        with open(path) as f:
+            digest = f.read().strip()
+        if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+            return digest
+    except OSError:
+        pass
+    digest = _headers_digest()
+    tmp = f"{path}.tmp.{uuid.uuid4().hex}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(digest)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache directory: hash again next time
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+    return digest
 
 
 _HEADERS: dict = {}

@@ -595,3 +595,28 @@ def test_warmup_marks_the_dense_groups_so_first_calls_skip_enumeration(tmp_path,
     assert summary["failures"] == [] and summary["kernels"] == len(_variant_sources())
     monkeypatch.setattr(family, "runtime_kernels", lambda *a, **k: pytest.fail("enumerated despite the marker"))
     assert family.precompile_variants(256, 128, 132, ARCH) == 0
+
+
+def test_headers_digest_is_remembered_across_processes_until_a_header_changes(tmp_path, monkeypatch):
+    """A process whose headers are unchanged reads the digest back from the cache directory instead of hashing them
+    (a first call's largest piece); a changed header (size or mtime) is hashed again."""
+    from deep_gemm.jit import cache as cache_mod
+    monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache_mod, "_HEADERS", {})
+    first = cache_mod.headers_digest()
+    assert len(os.listdir(tmp_path / "headers_digest")) == 1
+    monkeypatch.setattr(cache_mod, "_HEADERS", {})  # a new process
+    monkeypatch.setattr(cache_mod, "_headers_digest", lambda: pytest.fail("hashed despite the remembered digest"))
+    assert cache_mod.headers_digest() == first
+    real_stat = os.stat
+
+    def stat_one_header_changed(path, *a, **k):
+        st = real_stat(path, *a, **k)
+        if path.endswith("kernel_shell.cuh"):
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid,
+                                   st.st_size + 1, st.st_atime, st.st_mtime, st.st_ctime))
+        return st
+    monkeypatch.setattr(cache_mod, "_HEADERS", {})
+    monkeypatch.setattr(cache_mod.os, "stat", stat_one_header_changed)
+    monkeypatch.setattr(cache_mod, "_headers_digest", lambda: "f" * 64)
+    assert cache_mod.headers_digest() == "f" * 64
