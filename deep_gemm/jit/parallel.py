@@ -106,13 +106,15 @@ GROUPS_DIR = "groups"  # beside cache/ and locks/ in DG_JIT_CACHE_DIR
 def _code_stamp() -> str:
     """This installation of deep_gemm: its version and every module's path, size and mtime (one stat each, once per
     process: a process runs the code it imported). Part of a group's marker name, so that another version or an
-    edited checkout, whose heuristics may pick other kernels, does not trust a marker written by this one."""
+    edited checkout, whose heuristics may pick other kernels, does not trust a marker written by this one.
+    NOTES: not the build record setup.py writes (`_build_info.py`): rebuilding `_C` in place rewrote it and so
+    dropped every marker the warm-up had written (measured: the first call enumerated again, 300 ms)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     h = hashlib.sha256(__version__.encode())
     for dirpath, dirnames, files in os.walk(root):
         dirnames.sort()
         for f in sorted(files):
-            if f.endswith(".py"):
+            if f.endswith(".py") and f != "_build_info.py":
                 st = os.stat(os.path.join(dirpath, f))
                 h.update(f"{os.path.relpath(os.path.join(dirpath, f), root)} {st.st_size} {st.st_mtime_ns}\0".encode())
     return h.hexdigest()
