@@ -112,7 +112,7 @@ def test_links_stay_inside_the_repository_and_resolve():
 
 def test_results_folder_holds_exactly_what_its_index_lists():
     index = read("benchmarks/results/README.md")
-    listed = set(re.findall(r"`([^`\s]+\.(?:json|png))`", index))
+    listed = set(re.findall(r"`([^`\s]+\.(?:json|png|log|txt))`", index))
     on_disk = {os.path.relpath(os.path.join(d, f), RESULTS) for d, _, fs in os.walk(RESULTS) for f in fs
                if f != "README.md"}
     assert listed == on_disk
@@ -120,7 +120,7 @@ def test_results_folder_holds_exactly_what_its_index_lists():
 
 def test_result_paths_named_in_the_docs_exist():
     for doc in DOCS:
-        for path in re.findall(r"benchmarks/results/[\w./-]+\.(?:json|png)", read(doc)):
+        for path in re.findall(r"benchmarks/results/[\w./-]+\.(?:json|png|log|txt)", read(doc)):
             assert os.path.exists(os.path.join(REPO, path)), f"{doc}: {path}"
 
 
