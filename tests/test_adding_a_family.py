@@ -65,10 +65,13 @@ def apply_edit(path: str, context: List[str], added: List[str]) -> None:
 
 
 def _files(root: str) -> set:
+    """The source files under `root`: not bytecode, nor the build outputs (the `_C` launch module, which the copy
+    gets from this process, and setup.py's build record), which the recipe never touches."""
     out = set()
     for dirpath, dirnames, files in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".pytest_cache")]
-        out |= {os.path.relpath(os.path.join(dirpath, f), root) for f in files if not f.endswith(".pyc")}
+        out |= {os.path.relpath(os.path.join(dirpath, f), root) for f in files
+                if not f.endswith((".pyc", ".so")) and f != "_build_info.py"}
     return out
 
 
@@ -171,6 +174,12 @@ def copy_with_family(tmp_path_factory):
         shutil.copyfile(os.path.join(RECIPE, rel), os.path.join(root, rel))
     for path, context, added in doc_edits(_doc()):
         apply_edit(os.path.join(root, path), context, added)
+    # The launch module the recipe never touches: the one this process runs (built in place or installed), so that
+    # the copy imports as a built package (a checkout without _C would only say it shadows the install).
+    c_module = deep_gemm._C.__file__
+    copied = os.path.join(root, "deep_gemm", os.path.basename(c_module))
+    if not os.path.exists(copied):
+        shutil.copyfile(c_module, copied)
     return root, str(tmp / "cache")
 
 

@@ -172,7 +172,8 @@ def _import_error(cwd, extra_path=None) -> str:
 
 def _import_stderr(cwd, extra_path=None) -> str:
     import subprocess
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # NOTES: not the PYTHONSAFEPATH conftest.py sets when the checkout has no _C: the child must see its cwd first.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
     if extra_path:
         env["PYTHONPATH"] = extra_path
     # This checkout's editable install resolves deep_gemm._C through its own finder even for another copy of the
