@@ -1,6 +1,7 @@
 """The build steps pyproject.toml cannot express: the C++ launch module `deep_gemm._C` (csrc/) and the kernel headers
 copied into the package (they are compiled at run time, no build step for the kernels)."""
 import datetime
+import importlib.util
 import os
 import re
 import shutil
@@ -54,6 +55,21 @@ class BuildPyWithHeaders(build_py):
         if os.path.isdir(dst):
             shutil.rmtree(dst)
         shutil.copytree(src, dst)
+        _record_package_digest(os.path.join(self.build_lib, "deep_gemm"))
+
+
+def _record_package_digest(package_dir: str) -> None:
+    """Append the built copy's code and header digests to its `_build_info.py` (deep_gemm/_package_digest.py says
+    why: an installed package's first call reads them instead of hashing its files). Only the copy that gets
+    installed carries them, never the checkout's own record."""
+    spec = importlib.util.spec_from_file_location("_dg_package_digest", os.path.join(ROOT, "deep_gemm",
+                                                                                     "_package_digest.py"))
+    digest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(digest)
+    record = dict(code=digest.code_digest(package_dir),
+                  headers=digest.headers_digest(os.path.join(package_dir, "include")))
+    with open(os.path.join(package_dir, "_build_info.py"), "a") as f:
+        f.write(f"PACKAGE_DIGEST = {record!r}  # code and headers of this built copy\n")
 
 
 # NOTES: every kernel launch goes through this module (csrc/launch.cpp). It uses only the CPython API (no torch/CUDA

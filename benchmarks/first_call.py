@@ -9,9 +9,11 @@ from any directory (it imports only the installed deep_gemm, so run it outside t
 The JSON names the device, the deep_gemm build measured (deep_gemm.build_info()) and the cache directory.
 """
 import argparse
+import cProfile
 import json
 import os
 import platform
+import pstats
 import statistics
 import sys
 import time
@@ -23,6 +25,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--m", type=int, default=128, help="rows of every call")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--profile", help="also write a cProfile report of the process's first call here (that call "
+                        "is then slower; its time is reported as profiled)")
     args = parser.parse_args(argv)
     if args.m <= 0 or args.tp <= 0:
         parser.error("--m and --tp must be positive")
@@ -37,20 +41,29 @@ def main(argv=None) -> int:
         return 2
     dense = model_shapes(MODELS[args.model], tp=args.tp)["dense"]
     rows = []
-    for n, k in dense:
+    for i, (n, k) in enumerate(dense):
         a = deep_gemm.per_token_cast_to_fp8(torch.randn(args.m, k, device="cuda"))
         b = deep_gemm.per_block_cast_to_fp8(torch.randn(n, k, device="cuda"))
         out = torch.empty(args.m, n, device="cuda", dtype=torch.bfloat16)
         torch.cuda.synchronize()
         before = deep_gemm.jit.stats()["compiled"]
+        profiler = cProfile.Profile() if args.profile and i == 0 else None
         start = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         deep_gemm.gemm_fp8_fp8_bf16_nt(a, b, out)
         torch.cuda.synchronize()
         ms = (time.perf_counter() - start) * 1e3
+        if profiler is not None:
+            profiler.disable()
+            with open(args.profile, "w") as f:
+                f.write(f"first call {ms:.2f} ms (profiled)\n")
+                pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(50)
         compiled = deep_gemm.jit.stats()["compiled"] - before
-        rows.append(dict(m=args.m, n=n, k=k, first_call_ms=round(ms, 3), compiled=compiled))
+        rows.append(dict(m=args.m, n=n, k=k, first_call_ms=round(ms, 3), compiled=compiled,
+                         profiled=profiler is not None))
         print(f"m={args.m} n={n} k={k}: first call {ms:.2f} ms, kernels compiled {compiled}")
-    times = [r["first_call_ms"] for r in rows]
+    times = [r["first_call_ms"] for r in rows if not r["profiled"]]
     summary = dict(shapes=len(rows), max_ms=max(times), median_ms=statistics.median(times),
                    compiled=sum(r["compiled"] for r in rows))
     print(f"{len(rows)} shapes; first call max {summary['max_ms']:.2f} ms, median {summary['median_ms']:.2f} ms; "

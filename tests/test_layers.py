@@ -20,7 +20,7 @@ LAYERS = {
     "deep_gemm.jit": 4, "deep_gemm.heuristics": 4, "deep_gemm.scale_layout": 4, "deep_gemm.device": 4,
     "deep_gemm.selftest": 4,
     "deep_gemm.envs": 5, "deep_gemm.log": 5, "deep_gemm._C": 5, "deep_gemm._c_loader": 5, "deep_gemm._version": 5,
-    "deep_gemm._build_info": 5,
+    "deep_gemm._build_info": 5, "deep_gemm._package_digest": 5,
 }
 
 

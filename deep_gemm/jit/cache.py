@@ -36,6 +36,7 @@ try:
 except ImportError:  # not POSIX: no locks, the rename race decides
     fcntl = None
 
+from .. import _package_digest
 from ..envs import read_env
 from .paths import project_headers, project_include_dir
 
@@ -52,18 +53,16 @@ class CacheError(RuntimeError):
 
 
 def _headers_digest() -> str:
-    h = hashlib.sha256()
-    root = project_include_dir()
-    for rel in project_headers():
-        h.update(rel.encode() + b"\0")
-        with open(os.path.join(root, rel), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()
+    return _package_digest.headers_digest(project_include_dir())
 
 
 def _headers_digest_cached():
-    # NOTES: headers only change between processes (installs/edits), so hash them once per process, keyed by
-    # their sizes and mtimes so that a test editing a header in-process still sees the change.
+    # NOTES: an installed package's headers are hashed once, when it is built (_package_digest.recorded()); a
+    # checkout's only change between processes (edits), so they are hashed once per process, keyed by their sizes and
+    # mtimes so that a test editing a header in-process still sees the change.
+    installed = _package_digest.recorded()
+    if installed is not None:
+        return installed["headers"]
     root = project_include_dir()
     stamp = tuple((rel, st.st_size, st.st_mtime_ns)
                   for rel in project_headers() for st in (os.stat(os.path.join(root, rel)),))

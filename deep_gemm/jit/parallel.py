@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from typing import Callable, List, Optional, Sequence
 
-from .. import log
+from .. import _package_digest, log
 from .._version import __version__
 from ..envs import read_env
 from .cache import META, KernelCache, cache_key, headers_digest
@@ -104,17 +104,21 @@ GROUPS_DIR = "groups"  # beside cache/ and locks/ in DG_JIT_CACHE_DIR
 
 @functools.lru_cache(maxsize=None)
 def _code_stamp() -> str:
-    """This installation of deep_gemm: its version and every module's path, size and mtime (one stat each, once per
-    process: a process runs the code it imported). Part of a group's marker name, so that another version or an
-    edited checkout, whose heuristics may pick other kernels, does not trust a marker written by this one.
+    """This installation of deep_gemm: an installed package's code digest recorded at build time, else (a checkout)
+    its version and every module's path, size and mtime (one stat each, once per process: a process runs the code it
+    imported). Part of a group's marker name, so that another version or an edited checkout, whose heuristics may
+    pick other kernels, does not trust a marker written by this one.
     NOTES: not the build record setup.py writes (`_build_info.py`): rebuilding `_C` in place rewrote it and so
     dropped every marker the warm-up had written (measured: the first call enumerated again, 300 ms)."""
+    installed = _package_digest.recorded()
+    if installed is not None:
+        return f"{__version__} {installed['code']}"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     h = hashlib.sha256(__version__.encode())
     for dirpath, dirnames, files in os.walk(root):
         dirnames.sort()
         for f in sorted(files):
-            if f.endswith(".py") and f != "_build_info.py":
+            if f.endswith(".py") and f not in _package_digest.CODE_SKIPS:
                 st = os.stat(os.path.join(dirpath, f))
                 h.update(f"{os.path.relpath(os.path.join(dirpath, f), root)} {st.st_size} {st.st_mtime_ns}\0".encode())
     return h.hexdigest()

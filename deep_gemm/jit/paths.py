@@ -3,6 +3,8 @@ import functools
 import os
 from typing import List
 
+from .. import _package_digest
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -27,10 +29,4 @@ def include_dirs() -> List[str]:
 
 def project_headers() -> List[str]:
     """Every project header (relative path), sorted: all of them feed the cache key."""
-    root = os.path.join(project_include_dir(), "deep_gemm")
-    out = []
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            if f.endswith((".cuh", ".h", ".hpp")):
-                out.append(os.path.relpath(os.path.join(dirpath, f), project_include_dir()))
-    return sorted(out)
+    return _package_digest.header_files(project_include_dir())

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 import deep_gemm
-from deep_gemm import jit
+from deep_gemm import _package_digest, jit
 from deep_gemm.envs import read_env
 from deep_gemm.heuristics import GemmProblem, get_config
 from deep_gemm.jit.cache import META, CUBIN, SOURCE, TOUCH_INTERVAL_S, Entry, KernelCache, cache_key, get_or_build, prune_plan
@@ -130,7 +130,8 @@ def test_key_differs_between_real_compilers():
             != cache_key(source.code(), nvcc.identity(), nvcc.flags(ARCH), ARCH))
 
 
-def test_key_tracks_project_headers():
+def test_key_tracks_project_headers(monkeypatch):
+    monkeypatch.setattr(_package_digest, "recorded", lambda: None)  # as in a checkout: an install is taken as built
     before = cache_key(**BASE)
     path = os.path.join(project_include_dir(), "deep_gemm", f"_pytest_tmp_{uuid.uuid4().hex}.cuh")
     try:
@@ -602,6 +603,7 @@ def test_headers_digest_is_remembered_across_processes_until_a_header_changes(tm
     (a first call's largest piece); a changed header (size or mtime) is hashed again."""
     from deep_gemm.jit import cache as cache_mod
     monkeypatch.setenv("DG_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_package_digest, "recorded", lambda: None)  # as in a checkout
     monkeypatch.setattr(cache_mod, "_HEADERS", {})
     first = cache_mod.headers_digest()
     assert len(os.listdir(tmp_path / "headers_digest")) == 1
@@ -620,3 +622,33 @@ def test_headers_digest_is_remembered_across_processes_until_a_header_changes(tm
     monkeypatch.setattr(cache_mod.os, "stat", stat_one_header_changed)
     monkeypatch.setattr(cache_mod, "_headers_digest", lambda: "f" * 64)
     assert cache_mod.headers_digest() == "f" * 64
+
+
+def test_a_built_copy_records_its_digests_and_an_install_trusts_them(tmp_path, monkeypatch):
+    """setup.py's build_py writes the copy's code and header digests into the copy's build record (never into the
+    checkout's); the installed package under test, if it has a record, matches its own files, and then the cache key
+    and the group markers use the record (no hashing on a first call)."""
+    from deep_gemm.jit import cache as cache_mod, parallel
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)], cwd=REPO, check=True,
+                   capture_output=True)
+    copy = tmp_path / "deep_gemm"
+    namespace = {}
+    exec((copy / "_build_info.py").read_text(), namespace)
+    assert namespace["PACKAGE_DIGEST"] == dict(code=_package_digest.code_digest(str(copy)),
+                                               headers=_package_digest.headers_digest(str(copy / "include")))
+    assert "PACKAGE_DIGEST" not in open(os.path.join(REPO, "deep_gemm", "_build_info.py")).read()
+
+    installed = _package_digest.recorded()
+    package_dir = os.path.dirname(os.path.abspath(deep_gemm.__file__))
+    if installed is not None:  # the suite runs against an installed package (CI)
+        assert installed == dict(code=_package_digest.code_digest(package_dir),
+                                 headers=_package_digest.headers_digest(project_include_dir()))
+    record = dict(code="c" * 64, headers="h" * 64)
+    monkeypatch.setattr(_package_digest, "recorded", lambda: record)
+    monkeypatch.setattr(_package_digest, "headers_digest", lambda *a: pytest.fail("hashed despite the record"))
+    assert cache_mod.headers_digest() == "h" * 64
+    parallel._code_stamp.cache_clear()
+    try:
+        assert parallel._code_stamp().endswith("c" * 64)
+    finally:
+        parallel._code_stamp.cache_clear()
