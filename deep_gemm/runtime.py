@@ -21,7 +21,7 @@ from ._c_loader import load_c
 _C = load_c()  # a missing or broken _C raises ImportError saying why (e.g. an unbuilt checkout shadowing the install)
 
 from . import device
-from .families import sf_layout, sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d, sm100_fp8_gemm_1d2d
+from .families import sf_layout, sm90_bf16_gemm, sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d, sm100_fp8_gemm_1d2d
 from .families.variant import ANY_ARCH, Family, Variant
 from .heuristics import common as heuristics_common
 from .jit.runtime import CUDADriverError
@@ -36,6 +36,7 @@ FAMILIES: Tuple[Family, ...] = (
     sm90_fp8_wgrad_1d1d.FAMILY,
     sm100_fp8_gemm_1d2d.FAMILY,
     sf_layout.FAMILY,
+    sm90_bf16_gemm.FAMILY,
 )
 
 

@@ -1,8 +1,8 @@
-"""Generate include/deep_gemm/sm90/wgmma_e4m3.cuh: one inline-asm wrapper per WGMMA width N.
+"""Generate include/deep_gemm/sm90/wgmma_{e4m3,bf16}.cuh: one inline-asm wrapper per WGMMA width N.
 
-`wgmma.mma_async.sync.aligned.m64n{N}k32.f32.e4m3.e4m3` takes its N / 2 FP32 accumulators per thread as separate
-register operands, and inline asm cannot build an operand list from a template parameter, so every N (multiples
-of 8 up to 256) gets its own specialisation, written out here.
+`wgmma.mma_async.sync.aligned.m64n{N}k32.f32.e4m3.e4m3` (and `...k16.f32.bf16.bf16`) takes its N / 2 FP32
+accumulators per thread as separate register operands, and inline asm cannot build an operand list from a template
+parameter, so every N (multiples of 8 up to 256) gets its own specialisation, written out here.
 
 Usage: python tools/gen_wgmma.py            # rewrite the header
        python tools/gen_wgmma.py --check    # exit 1 if the committed header differs from this script's output
@@ -11,8 +11,7 @@ import argparse
 import os
 import sys
 
-HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      "include", "deep_gemm", "sm90", "wgmma_e4m3.cuh")
+SM90 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "include", "deep_gemm", "sm90")
 WIDTHS = range(8, 257, 8)
 PER_LINE = 8  # accumulator registers per line of the asm string
 MAX_COLUMNS = 120
@@ -25,7 +24,9 @@ PROLOGUE = """\
 #include <deep_gemm/common/types.cuh>
 
 namespace deep_gemm::sm90 {
+"""
 
+E4M3_DECLARATION = """
 // D[64 x N] (+)= A[64 x 32] * B[N x 32]^T, e4m3 x e4m3 -> FP32, one warpgroup, both operands read through
 // shared-memory matrix descriptors (K-major). `d` holds this thread's N / 2 accumulators in the WGMMA fragment
 // order; `scale_d = false` overwrites them instead of accumulating. The two trailing immediates are the
@@ -33,6 +34,14 @@ namespace deep_gemm::sm90 {
 // NOTES: only issues the instruction; the caller fences (wgmma.fence), commits and waits.
 template <uint32_t N>
 struct WGMMAE4M3;
+"""
+
+BF16_DECLARATION = """
+// D[64 x N] (+)= A[64 x 16] * B[N x 16]^T, bf16 x bf16 -> FP32, one warpgroup, both operands read through
+// shared-memory matrix descriptors; kTransA / kTransB: that operand's tile is MN-major (else K-major). Otherwise as
+// WGMMAE4M3 (wgmma_e4m3.cuh); the last two immediates are the transpose flags.
+template <uint32_t N, bool kTransA, bool kTransB>
+struct WGMMABF16;
 """
 
 EPILOGUE = """
@@ -52,7 +61,7 @@ def _wrap(items, indent: int) -> str:
     return ("\n" + " " * indent).join(lines + [line])
 
 
-def specialisation(n: int) -> str:
+def specialisation(n: int, bf16: bool) -> str:
     num_accum = n // 2
     regs = [f"%{i}" for i in range(num_accum)]
     desc_a, desc_b, scale_d = num_accum, num_accum + 1, num_accum + 2
@@ -60,43 +69,60 @@ def specialisation(n: int) -> str:
     reg_lines[-1] = reg_lines[-1].rstrip(",")
     asm_regs = "\n".join(f'            "{line} "' for line in reg_lines)
     outputs = _wrap([f'"+f"(d[{i}])' for i in range(num_accum)], 14)
+    if bf16:
+        head = f"template <bool kTransA, bool kTransB>\nstruct WGMMABF16<{n}, kTransA, kTransB> {{"
+        shape, tail = f"m64n{n}k16.f32.bf16.bf16", f"p, 1, 1, %{scale_d + 1}, %{scale_d + 2}"
+        inputs = ('"l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(scale_d)), "n"(kTransA ? 1 : 0),\n'
+                  '              "n"(kTransB ? 1 : 0)')
+    else:
+        head = f"template <>\nstruct WGMMAE4M3<{n}> {{"
+        shape, tail = f"m64n{n}k32.f32.e4m3.e4m3", "p, 1, 1"
+        inputs = '"l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(scale_d))'
     return f"""
-template <>
-struct WGMMAE4M3<{n}> {{
+{head}
     __device__ __forceinline__ static void mma(uint64_t desc_a, uint64_t desc_b, float* d, bool scale_d) {{
         asm volatile(
             "{{\\n"
             ".reg .pred p;\\n"
             "setp.ne.b32 p, %{scale_d}, 0;\\n"
-            "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{"
+            "wgmma.mma_async.sync.aligned.{shape} {{"
 {asm_regs}
-            "}}, %{desc_a}, %{desc_b}, p, 1, 1;\\n"
+            "}}, %{desc_a}, %{desc_b}, {tail};\\n"
             "}}\\n"
             : {outputs}
-            : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(scale_d)));
+            : {inputs});
     }}
 }};
 """
 
 
-def render() -> str:
-    return PROLOGUE + "".join(specialisation(n) for n in WIDTHS) + EPILOGUE
+# header file name -> its text
+def render() -> dict:
+    return {name: PROLOGUE + declaration + "".join(specialisation(n, bf16) for n in WIDTHS) + EPILOGUE
+            for name, declaration, bf16 in (("wgmma_e4m3.cuh", E4M3_DECLARATION, False),
+                                            ("wgmma_bf16.cuh", BF16_DECLARATION, True))}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     args = parser.parse_args()
-    text = render()
-    if args.check:
-        with open(HEADER) as f:
-            same = f.read() == text
-        print(f"{HEADER}: {'up to date' if same else 'STALE, rerun tools/gen_wgmma.py'}")
-        return 0 if same else 1
-    with open(HEADER, "w") as f:
-        f.write(text)
-    print(f"wrote {HEADER}")
-    return 0
+    stale = 0
+    for name, text in render().items():
+        path = os.path.join(SM90, name)
+        if args.check:
+            try:
+                with open(path) as f:
+                    same = f.read() == text
+            except OSError:
+                same = False
+            print(f"{path}: {'up to date' if same else 'STALE, rerun tools/gen_wgmma.py'}")
+            stale += not same
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+            print(f"wrote {path}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

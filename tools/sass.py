@@ -253,11 +253,12 @@ class LoopReport:
         return "\n".join(lines)
 
 
-def mmas_per_k_block(config: GemmConfig) -> int:
-    """MMAs one math warp issues per K block: BLOCK_K / 32 per 64-row sub-tile, `sub-tiles` per math warpgroup
-    (both sm90 kernels: one warpgroup at BLOCK_M = 64, else two; BLOCK_M = 256 gives each two sub-tiles)."""
+def mmas_per_k_block(config: GemmConfig, mma_k: int = MMA_K) -> int:
+    """MMAs one math warp issues per K block: BLOCK_K / mma_k (32 for FP8, 16 for BF16) per 64-row sub-tile,
+    `sub-tiles` per math warpgroup (the sm90 kernels: one warpgroup at BLOCK_M = 64, else two; BLOCK_M = 256 gives
+    each two sub-tiles)."""
     sub_tiles = config.block_m // (64 * (num_math_threads(config.block_m) // 128))
-    return config.block_k // MMA_K * sub_tiles
+    return config.block_k // mma_k * sub_tiles
 
 
 def mma_loops(instructions: Sequence[Instruction], mmas_per_k_block: int) -> List[LoopReport]:

@@ -54,6 +54,14 @@ __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* desc, const vo
                  : "memory");
 }
 
+// Store a shared-memory box to (crd0 = inner, crd1, crd2 = outer); tracked like tma_store_2d.
+__device__ __forceinline__ void tma_store_3d(const TmaDescriptor* desc, const void* smem, int32_t crd0,
+                                             int32_t crd1, int32_t crd2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+                 :: "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_u32(smem)), "r"(crd0), "r"(crd1), "r"(crd2)
+                 : "memory");
+}
+
 // Add a shared-memory box element-wise into global memory at (crd0 = inner, crd1, crd2 = outer): a read-modify-write
 // done in L2 (the element type is the tensor map's), tracked like a store. Out-of-bounds elements are skipped.
 __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* desc, const void* smem, int32_t crd0,

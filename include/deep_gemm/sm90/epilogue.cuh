@@ -168,4 +168,51 @@ struct FP32AccumulateEpilogue {
     }
 };
 
+// Per-warpgroup output tile: one 64-row shared-memory tile per math warpgroup (a 256-row tile's second sub-tile
+// reuses it once the first is stored) of BF16 (BF16Epilogue's swizzled layout, stmatrix) or FP32
+// (FP32AccumulateEpilogue's) elements, then one TMA store, or with kAdd one TMA reduce-add (D += tile, in L2, in
+// D's element type), per kSwizzleBytes-wide column atom into a 3-D map [groups, m, n] with box
+// (kSwizzleBytes / element bytes) x 64 x 1.
+template <uint32_t BLOCK_N, uint32_t kSwizzleBytes, bool kFP32, bool kAdd>
+struct WarpgroupTileEpilogue {
+    DG_STATIC_ASSERT(kSwizzleBytes == 32 or kSwizzleBytes == 64 or kSwizzleBytes == 128,
+                     "D swizzle must be 32, 64 or 128 bytes");
+    static constexpr uint32_t kElementBytes = kFP32 ? 4 : 2;
+    DG_STATIC_ASSERT((BLOCK_N * kElementBytes) % kSwizzleBytes == 0, "the D swizzle width must divide a tile row");
+    static constexpr uint32_t kNumAtoms = BLOCK_N * kElementBytes / kSwizzleBytes;
+    static constexpr uint32_t kAtomBytes = 64 * kSwizzleBytes;
+    static constexpr uint32_t kSmemBytes = 64 * BLOCK_N * kElementBytes;  // per warpgroup
+    DG_STATIC_ASSERT(kSmemBytes % 1024 == 0, "each warpgroup's D tile must stay 1024-byte aligned");
+
+    template <uint32_t kNumMathWGs>
+    static constexpr uint32_t smem_d_bytes() {
+        return kNumMathWGs * kSmemBytes;
+    }
+
+    // One warp's 16 x BLOCK_N slice of a 64-row accumulator; `row0` = its first row in the 64-row tile.
+    __device__ __forceinline__ static void write_warp(uint8_t* smem_d, const float* acc, uint32_t row0,
+                                                      uint32_t lane) {
+        if constexpr (kFP32)
+            FP32AccumulateEpilogue<BLOCK_N, kSwizzleBytes>::write_warp(smem_d, acc, row0, lane);
+        else
+            BF16Epilogue<64, BLOCK_N, kSwizzleBytes>::write_warp(smem_d, acc, row0, lane);
+    }
+
+    // Store (or add) the 64-row tile at (group, m_start, n_start) (one thread; the caller fenced and synchronised
+    // the writers, and commits the bulk group). Rows and columns past D's extent are clipped by TMA.
+    __device__ __forceinline__ static void store(const TmaDescriptor* tensor_map_d, const uint8_t* smem_d,
+                                                 uint32_t group, uint32_t m_start, uint32_t n_start) {
+        #pragma unroll
+        for (uint32_t atom = 0; atom < kNumAtoms; ++atom) {
+            const auto col = static_cast<int32_t>(n_start + atom * kSwizzleBytes / kElementBytes);
+            if constexpr (kAdd)
+                tma_reduce_add_3d(tensor_map_d, smem_d + atom * kAtomBytes, col, static_cast<int32_t>(m_start),
+                                  static_cast<int32_t>(group));
+            else
+                tma_store_3d(tensor_map_d, smem_d + atom * kAtomBytes, col, static_cast<int32_t>(m_start),
+                             static_cast<int32_t>(group));
+        }
+    }
+};
+
 }  // namespace deep_gemm::sm90

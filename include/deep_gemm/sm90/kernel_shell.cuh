@@ -2,7 +2,8 @@
 
 // The frame the sm90 FP8 kernels (fp8_gemm_1d2d.cuh, fp8_wgrad_1d1d.cuh) are composed in: a persistent,
 // warp-specialised CTA of one TMA producer warpgroup and one or two WGMMA math warpgroups around a ring of
-// shared-memory stages, each holding one K block of A and B (128 bytes per row) plus the promotion's scales.
+// shared-memory stages, each holding one K block of A and B (128 bytes per row, or per K row of a 64-wide column
+// chunk for an MN-major operand) plus the promotion's scales.
 // The shell owns what the kernels do alike: the shared-memory layout, the warp roles and their register budgets,
 // barrier set-up and tear-down, the producer's loop, the WGMMA issue over a stage and the epilogue's hand-off of a
 // shared-memory D tile to TMA. A kernel is a composition of three policies and its own tile walk:
@@ -193,11 +194,14 @@ struct KernelShell {
                     const auto k_idx = static_cast<int32_t>(k_block * kStageK);
                     uint8_t* dst_a = smem_a + stages.stage * kSmemABytes;
                     uint8_t* dst_b = smem_b + stages.stage * kSmemBBytes;
-                    tma_load_operand<kMulticastA>(ops.map_a, bar, dst_a, k_idx, ops.m_idx, is_leader, kCacheHint);
+                    Operands::template load_a<kMulticastA, BLOCK_M>(ops.map_a, bar, dst_a, k_idx, ops.m_idx,
+                                                                     is_leader, kCacheHint);
                     if (kMulticastB and not ops.peer_shares_b)
-                        tma_load_2d(ops.map_b, bar, dst_b, k_idx, ops.n_idx, kCacheHint);
+                        Operands::template load_b<false, BLOCK_N>(ops.map_b, bar, dst_b, k_idx, ops.n_idx, is_leader,
+                                                                  kCacheHint);
                     else
-                        tma_load_operand<kMulticastB>(ops.map_b, bar, dst_b, k_idx, ops.n_idx, is_leader, kCacheHint);
+                        Operands::template load_b<kMulticastB, BLOCK_N>(ops.map_b, bar, dst_b, k_idx, ops.n_idx,
+                                                                        is_leader, kCacheHint);
                     scales.load(tile, ops.scale_row + k_block, stages.stage, bar);
                     stages.advance();
                 }
@@ -215,8 +219,8 @@ struct KernelShell {
         uint32_t wg_thread;
         uint32_t warp_row;   // the warp's first row inside a 64-row WGMMA tile
         uint32_t lane_row;   // this thread's rows in it: lane_row and lane_row + 8
-        uint32_t a_desc_lo;  // descriptor low words (see mma.cuh) of the warpgroup's first A sub-tile and of B,
-        uint32_t b_desc_lo;  // in stage 0
+        uint32_t a_desc_lo;  // descriptor low words (Operands::desc_lo_a/b) of the warpgroup's first A sub-tile
+        uint32_t b_desc_lo;  // and of B, in stage 0
 
         __device__ __forceinline__ explicit MathWarpgroup(const KernelShell& shell)
             : ring(shell.ring),
@@ -226,8 +230,8 @@ struct KernelShell {
               warp_row((shell.warp_idx % 4) * 16),
               lane_row(lane_idx / 4),
               a_desc_lo(__shfl_sync(0xffffffff,
-                                    kmajor_sw128_desc_lo(smem_u32(shell.smem_a) + math_wg * WGMMA::M * kRowBytes), 0)),
-              b_desc_lo(__shfl_sync(0xffffffff, kmajor_sw128_desc_lo(smem_u32(shell.smem_b)), 0)) {}
+                                    Operands::desc_lo_a(smem_u32(shell.smem_a) + math_wg * WGMMA::M * kRowBytes), 0)),
+              b_desc_lo(__shfl_sync(0xffffffff, Operands::desc_lo_b(smem_u32(shell.smem_b)), 0)) {}
 
         // The tile row of sub-tile s's first row, and of this thread's first row in sub-tile 0.
         __device__ __forceinline__ uint32_t sub_tile_row(uint32_t s) const {

@@ -1,6 +1,9 @@
 #pragma once
 
+#include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
+#include <deep_gemm/sm90/pipeline.cuh>
+#include <deep_gemm/sm90/wgmma_bf16.cuh>
 #include <deep_gemm/sm90/wgmma_e4m3.cuh>
 
 namespace deep_gemm::sm90 {
@@ -19,6 +22,17 @@ __device__ __forceinline__ uint32_t kmajor_sw128_desc_lo(uint32_t smem_addr) {
     return smem_addr >> 4;
 }
 
+// The same low word for an MN-major tile (a transposed operand, 16-bit elements): 64-element (128-byte) wide column
+// chunks of kBlockK rows of K each, one after another, every chunk 128B-swizzled by TMA. The leading byte offset
+// (bits [16, 30)) is the distance between two chunks; the stride byte offset (the high word, as K-major) is the
+// distance between 8-row groups of K, 1024 bytes. A K step of k rows moves the start address by k * 128 bytes.
+template <uint32_t kChunkBytes>
+__device__ __forceinline__ uint32_t mnmajor_sw128_desc_lo(uint32_t smem_addr) {
+    DG_STATIC_ASSERT(kChunkBytes % 1024 == 0 and (kChunkBytes >> 4) < (1u << 14), "chunk stride out of range");
+    return (smem_addr >> 4) | ((kChunkBytes >> 4) << 16);
+}
+
+// The 64-bit descriptor of either form (both have 1024-byte 8-row groups and the 128B swizzle mode).
 __device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t desc_lo) {
     constexpr uint32_t kStrideByteOffset = 1024 >> 4;
     constexpr uint32_t kLayoutSwizzle128B = 1;
@@ -83,21 +97,106 @@ struct FP8WGMMA {
     }
 };
 
+// One m64 x BLOCK_N x k16 bf16 x bf16 -> FP32 WGMMA with both operands in shared memory, each K-major or MN-major
+// (kMNMajorA / kMNMajorB; see mnmajor_sw128_desc_lo).
+template <uint32_t BLOCK_N, bool kMNMajorA, bool kMNMajorB>
+struct BF16WGMMA {
+    DG_STATIC_ASSERT(BLOCK_N % 8 == 0 and BLOCK_N >= 8 and BLOCK_N <= 256,
+                     "WGMMA N must be a multiple of 8 in [8, 256]");
+    static constexpr uint32_t M = 64;
+    static constexpr uint32_t K = 16;
+    static constexpr uint32_t kElementBytes = 2;
+    static constexpr uint32_t kNumAccum = M * BLOCK_N / 128;
+    // Descriptor start-address step (16-byte units) per instruction: 32 bytes along a K-major row, 16 rows of 128
+    // bytes down an MN-major chunk.
+    static constexpr uint32_t kStepA = (kMNMajorA ? K * 128 : K * kElementBytes) / 16;
+    static constexpr uint32_t kStepB = (kMNMajorB ? K * 128 : K * kElementBytes) / 16;
+
+    template <uint32_t kBlockK>
+    __device__ __forceinline__ static void mma_k_block(uint32_t a_lo, uint32_t b_lo, float* d,
+                                                       bool accumulate = false) {
+        #pragma unroll
+        for (uint32_t k = 0; k < kBlockK / K; ++k)
+            WGMMABF16<BLOCK_N, kMNMajorA, kMNMajorB>::mma(kmajor_sw128_desc(a_lo + k * kStepA),
+                                                          kmajor_sw128_desc(b_lo + k * kStepB), d,
+                                                          accumulate or k > 0);
+    }
+};
+
 // ---- Operand element policies (the shell's `Operands`) ----
-// What the shell needs of A's and B's element type. A policy provides
+// What the shell needs of A's and B's element type and layout. A policy provides
 //   kElementBytes  bytes per element;
-//   kBlockK        elements of K per pipeline stage: one 128-byte row of a K-major, 128B-swizzled tile, which is what
-//                  the descriptors (kmajor_sw128_desc) and the TMA boxes describe;
+//   kBlockK        elements of K per pipeline stage: 128 bytes of each row (K-major) or kBlockK rows of 128-byte
+//                  column chunks (MN-major), which is what the descriptors and the TMA boxes describe;
 //   MMA<BLOCK_N>   its warpgroup MMA: M = 64 rows, K elements per instruction, kNumAccum FP32 accumulators per thread,
 //                  and mma_k_block<kBlockK>(a_lo, b_lo, acc, accumulate) issuing one stage's instructions (the
-//                  first one overwrites acc unless `accumulate`).
-// FP8 e4m3 today. NOTES: a BF16 policy is 2-byte elements, kBlockK = 64 and wgmma .bf16 m64nNk16 (the same
-// descriptors: a K block is still one 128-byte row).
+//                  first one overwrites acc unless `accumulate`);
+//   desc_lo_a/b(smem address)  the descriptor low word of a stage's A / B tile;
+//   load_a/b<kShared, kRows>(map, barrier, smem, k, row, is_leader, hint)  the TMA load(s) of one stage's tile of
+//                  kRows rows (multicast to the cluster pair by its leader when kShared).
 struct FP8E4M3Operands {
     static constexpr uint32_t kElementBytes = 1;
     static constexpr uint32_t kBlockK = 128;
     template <uint32_t BLOCK_N>
     using MMA = FP8WGMMA<BLOCK_N>;
+
+    __device__ __forceinline__ static uint32_t desc_lo_a(uint32_t smem_addr) { return kmajor_sw128_desc_lo(smem_addr); }
+    __device__ __forceinline__ static uint32_t desc_lo_b(uint32_t smem_addr) { return kmajor_sw128_desc_lo(smem_addr); }
+    template <bool kShared, uint32_t kRows>
+    __device__ __forceinline__ static void load_a(const TmaDescriptor* map, const Barrier* bar, void* smem,
+                                                  int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
+        tma_load_operand<kShared>(map, bar, smem, k_idx, row, is_leader, hint);
+    }
+    template <bool kShared, uint32_t kRows>
+    __device__ __forceinline__ static void load_b(const TmaDescriptor* map, const Barrier* bar, void* smem,
+                                                  int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
+        tma_load_operand<kShared>(map, bar, smem, k_idx, row, is_leader, hint);
+    }
+};
+
+// BF16, each operand K-major (a [rows, K] matrix, TMA box 64 x rows) or MN-major (a [K, rows] matrix with unit
+// stride along the rows: a transposed operand, TMA box 64 x 64, kRows / 64 boxes per stage).
+template <bool kMNMajorA, bool kMNMajorB>
+struct BF16Operands {
+    static constexpr uint32_t kElementBytes = 2;
+    static constexpr uint32_t kBlockK = 64;
+    static constexpr uint32_t kChunkBytes = kBlockK * 128;  // one MN-major column chunk: 64 rows x kBlockK
+    template <uint32_t BLOCK_N>
+    using MMA = BF16WGMMA<BLOCK_N, kMNMajorA, kMNMajorB>;
+
+    template <bool kMNMajor>
+    __device__ __forceinline__ static uint32_t desc_lo(uint32_t smem_addr) {
+        if constexpr (kMNMajor)
+            return mnmajor_sw128_desc_lo<kChunkBytes>(smem_addr);
+        else
+            return kmajor_sw128_desc_lo(smem_addr);
+    }
+    __device__ __forceinline__ static uint32_t desc_lo_a(uint32_t smem_addr) { return desc_lo<kMNMajorA>(smem_addr); }
+    __device__ __forceinline__ static uint32_t desc_lo_b(uint32_t smem_addr) { return desc_lo<kMNMajorB>(smem_addr); }
+
+    template <bool kMNMajor, bool kShared, uint32_t kRows>
+    __device__ __forceinline__ static void load(const TmaDescriptor* map, const Barrier* bar, void* smem,
+                                                int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
+        if constexpr (kMNMajor) {
+            DG_STATIC_ASSERT(kRows % 64 == 0, "an MN-major tile is whole 64-wide column chunks");
+            #pragma unroll
+            for (uint32_t c = 0; c < kRows / 64; ++c)
+                tma_load_operand<kShared>(map, bar, static_cast<uint8_t*>(smem) + c * kChunkBytes,
+                                          row + static_cast<int32_t>(c * 64), k_idx, is_leader, hint);
+        } else {
+            tma_load_operand<kShared>(map, bar, smem, k_idx, row, is_leader, hint);
+        }
+    }
+    template <bool kShared, uint32_t kRows>
+    __device__ __forceinline__ static void load_a(const TmaDescriptor* map, const Barrier* bar, void* smem,
+                                                  int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
+        load<kMNMajorA, kShared, kRows>(map, bar, smem, k_idx, row, is_leader, hint);
+    }
+    template <bool kShared, uint32_t kRows>
+    __device__ __forceinline__ static void load_b(const TmaDescriptor* map, const Barrier* bar, void* smem,
+                                                  int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
+        load<kMNMajorB, kShared, kRows>(map, bar, smem, k_idx, row, is_leader, hint);
+    }
 };
 
 // The requirements above, checked for one tile width (instantiated by the shell).

@@ -1,0 +1,134 @@
+"""GPU correctness of the dense BF16 GEMMs (`bf16_gemm_{nt,nn,tn,tt}`) on Hopper: every operand layout, BF16 and FP32
+d, without c, with c = d and with another c; ragged shapes (m = 1, k not a multiple of 64), DeepGEMM's test_bf16
+shapes, guard bands, k = 0 and m = 0, CUDA-graph replay and bitwise determinism. Skipped without sm_90."""
+import pytest
+import torch
+
+import deep_gemm
+from deep_gemm.testing import calc_diff
+from gemm_cases import Guarded
+
+pytestmark = pytest.mark.gpu
+
+LAYOUTS = ("nt", "nn", "tn", "tt")
+
+
+def _operands(layout: str, m: int, n: int, k: int, gen: torch.Generator):
+    """(a, b) in the public function's argument shapes for `layout`, and their [m, k] / [n, k] FP32 values."""
+    a = torch.randn((m, k), device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn((n, k), device="cuda", generator=gen).to(torch.bfloat16)
+    a_arg = a if layout[0] == "n" else a.t().contiguous()   # tn / tt take a as [k, m]
+    b_arg = b if layout[1] == "t" else b.t().contiguous()   # nn / tn take b as [k, n]
+    return a_arg, b_arg, a.float(), b.float()
+
+
+def _run(layout: str, m: int, n: int, k: int, out_dtype: torch.dtype, c_mode: str, seed: int = 0):
+    """One call; returns (guarded d, FP32 reference)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a, b, a32, b32 = _operands(layout, m, n, k, gen)
+    g = Guarded((m, n), out_dtype, "cuda")
+    ref = a32 @ b32.t()
+    c = None
+    if c_mode != "none":
+        init = torch.randn((m, n), device="cuda", generator=gen).to(out_dtype)
+        ref = ref + init.float()
+        if c_mode == "d":
+            g.set_initial(init)
+            c = g.out
+        else:
+            c = init
+    getattr(deep_gemm, f"bf16_gemm_{layout}")(a, b, g.out, c)
+    torch.cuda.synchronize()
+    return g, ref
+
+
+def _check(g: Guarded, ref: torch.Tensor, what: str) -> None:
+    g.check_guards()
+    out = g.out.float()
+    assert bool(torch.isfinite(out).all()), f"{what}: NaN/Inf (unwritten?)"
+    diff = float(calc_diff(out, ref))
+    assert diff < 1e-5, f"{what}: calc_diff {diff:.3g}"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("c_mode", ["none", "d", "other"])
+@pytest.mark.parametrize("mnk", [(1, 64, 64), (136, 200, 136), (256, 576, 1000), (1000, 2112, 7168)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_bf16_layouts(layout, out_dtype, c_mode, mnk):
+    m, n, k = mnk
+    if out_dtype == torch.float32 and n % 4 or out_dtype == torch.bfloat16 and n % 8:
+        pytest.skip("d's row must be whole 16-byte chunks")
+    g, ref = _run(layout, m, n, k, out_dtype, c_mode)
+    _check(g, ref, f"{layout} {m}x{n}x{k} {out_dtype} c={c_mode}")
+
+
+# DeepGEMM v2.6.1 tests/test_bf16.py's dense shapes (m x (n, k)), BF16 d with and without c, and its FP32-d ones.
+DG_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+
+
+@pytest.mark.parametrize("m", [1, 128, 4096])
+@pytest.mark.parametrize("nk", DG_NK, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_deepgemm_dense_shapes(m, nk):
+    n, k = nk
+    for c_mode in ("none", "d"):
+        g, ref = _run("nt", m, n, k, torch.bfloat16, c_mode, seed=m + n)
+        _check(g, ref, f"nt {m}x{n}x{k} c={c_mode}")
+
+
+@pytest.mark.parametrize("m", [1, 128, 4096])
+@pytest.mark.parametrize("nk", [(256, 7168), (129280, 7168)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_deepgemm_fp32_out_shapes(m, nk):
+    n, k = nk
+    g, ref = _run("nt", m, n, k, torch.float32, "none", seed=m)
+    _check(g, ref, f"nt {m}x{n}x{k} fp32")
+
+
+@pytest.mark.parametrize("layout,out_dtype,c_mode", [("nn", torch.bfloat16, "none"),
+                                                     ("tn", torch.float32, "d"), ("tn", torch.bfloat16, "none")])
+def test_deepgemm_backward_shapes(layout, out_dtype, c_mode):
+    """test_bf16's backward passes at m = 4096: dgrad (B MN-major) and wgrad (both MN-major, FP32 accumulated)."""
+    for n, k in DG_NK[:4]:
+        g, ref = _run(layout, 4096, n, k, out_dtype, c_mode, seed=n)
+        _check(g, ref, f"{layout} 4096x{n}x{k} {out_dtype} c={c_mode}")
+
+
+def test_k_zero_and_m_zero():
+    d = torch.full((64, 64), 7.0, device="cuda", dtype=torch.bfloat16)
+    a = torch.empty((64, 0), device="cuda", dtype=torch.bfloat16)
+    b = torch.empty((64, 0), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.bf16_gemm_nt(a, b, d)
+    assert bool((d == 0).all())
+    c = torch.full((64, 64), 3.0, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.bf16_gemm_nt(a, b, d, c)
+    assert bool((d == 3).all())
+    empty = torch.empty((0, 64), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.bf16_gemm_nt(empty, torch.randn((64, 64), device="cuda").bfloat16(), torch.empty((0, 64), device="cuda",
+                                                                                             dtype=torch.bfloat16))
+
+
+def test_graph_replay_and_determinism():
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    a, b, _, _ = _operands("tn", 1024, 576, 2048, gen)
+    d = torch.empty((1024, 576), device="cuda", dtype=torch.float32)
+    deep_gemm.bf16_gemm_tn(a, b, d)
+    eager = d.clone()
+    for _ in range(3):
+        deep_gemm.bf16_gemm_tn(a, b, d)
+        assert torch.equal(d, eager), "not bitwise reproducible"
+    graph = torch.cuda.CUDAGraph()
+    d.zero_()
+    with torch.cuda.graph(graph):
+        deep_gemm.bf16_gemm_tn(a, b, d)
+    d.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(d, eager), "graph replay differs from eager"
+
+
+def test_misaligned_operand_is_refused():
+    a = torch.randn((64, 100), device="cuda").bfloat16()  # row stride 100 elements = 200 bytes
+    b = torch.randn((64, 100), device="cuda").bfloat16()
+    d = torch.empty((64, 64), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="a's row stride"):
+        deep_gemm.bf16_gemm_nt(a, b, d)

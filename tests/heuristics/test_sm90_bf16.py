@@ -1,0 +1,38 @@
+"""The BF16 GEMM's configuration (deep_gemm/heuristics/sm90_bf16.py), no GPU needed: every pick fits shared memory
+and the kernel's static requirements, and the picks follow the measured rules (benchmarks/NOTES.md, "BF16 GEMMs")."""
+import pytest
+
+from deep_gemm.heuristics.sm90 import SMEM_BUDGET
+from deep_gemm.heuristics.sm90_bf16 import (COMPUTE_BLOCK_NS, bf16_smem_size, build_bf16_config, get_bf16_config,
+                                            legal_block)
+
+SHAPES = [(m, n) for m in (1, 7, 64, 128, 129, 1000, 4096, 16384) for n in (16, 200, 576, 2112, 4096, 7168, 32768)]
+
+
+@pytest.mark.parametrize("mn_major_b", [False, True])
+@pytest.mark.parametrize("out_bytes", [2, 4])
+def test_every_pick_is_legal_and_fits(mn_major_b, out_bytes):
+    for m, n in SHAPES:
+        c = get_bf16_config(m, n, 132, mn_major_b, out_bytes)
+        assert legal_block(c.block_m, c.block_n, mn_major_b), (m, n, c)
+        assert c.smem_size == bf16_smem_size(c.block_m, c.block_n, c.num_stages, out_bytes) <= SMEM_BUDGET
+        assert c.num_stages >= 2 and 1 <= c.num_sms <= 132
+        assert (c.block_n * out_bytes) % c.swizzle_d_bytes == 0
+        if mn_major_b:
+            assert c.block_n % 64 == 0
+        if m > 128:
+            assert c.block_n in COMPUTE_BLOCK_NS, (m, n, c)
+
+
+def test_large_problems_take_wide_tiles_and_decode_spreads_over_the_sms():
+    big = get_bf16_config(4096, 7168, 132, False, 2)
+    assert (big.block_m, big.block_n) == (128, 256)
+    decode = get_bf16_config(1, 2112, 132, False, 2)
+    assert decode.block_m == 64 and decode.num_sms == 132 and decode.num_stages > 8
+
+
+def test_illegal_blocks_are_refused():
+    assert not legal_block(256, 256, False)   # 256 accumulators per thread
+    assert not legal_block(128, 96, True)     # MN-major B tiles are whole 64-wide chunks
+    with pytest.raises(ValueError, match="does not fit"):
+        build_bf16_config(128, 256, 128, 256, 132, 4, num_stages=8)

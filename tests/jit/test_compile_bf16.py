@@ -1,0 +1,98 @@
+"""Compiling the sm90 BF16 GEMM (include/deep_gemm/sm90/bf16_gemm.cuh) for sm_90a in every operand layout and
+output mode, no GPU needed: the PTX carries the BF16 WGMMA with the layout's transpose flags and the right D store,
+nothing spills, and the K loop stays within its instruction budget (tools/sass.py's measure)."""
+import dataclasses
+import re
+
+import pytest
+
+from deep_gemm.families.sm90_bf16_gemm import KernelKind, kernel_choice, kernel_source
+from deep_gemm.heuristics.sm90_bf16 import build_bf16_config
+from deep_gemm.jit import CompileError
+from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler
+from tools import sass
+
+ARCH = "sm_90a"
+
+
+def _kind(name: str) -> KernelKind:
+    """nt / nn / tn / tt (DeepGEMM's names: a's then b's layout, n = K-major for a, t = MN-major for a; for b,
+    t = K-major ([n, k]) and n = MN-major ([k, n])), plus the output: bf16, fp32, or +acc (accumulate into d)."""
+    layout, out = name.split("-")[:2]
+    return KernelKind(layout[0] == "t", layout[1] == "n", out.startswith("fp32"), out.endswith("+acc"))
+
+
+# name -> (m, n, config): heuristic picks of DeepGEMM's test_bf16 shapes, and forced tiles for the kernel's corners.
+CONFIGS = {
+    "nt-bf16-4096x7168": (4096, 7168, None),
+    "nt-bf16+acc-128x2112": (128, 2112, None),
+    "nn-bf16-4096x7168": (4096, 7168, None),                # dgrad: B MN-major
+    "tn-fp32+acc-7168x2112": (7168, 2112, None),             # wgrad: both MN-major, FP32 accumulate
+    "tt-fp32-1x576": (1, 576, None),
+    "nt-fp32-256x256-bm256": (256, 256, build_bf16_config(256, 256, 256, 128, 132, 4)),  # two sub-tiles per warpgroup
+    "nt-bf16-64x48-bn48": (64, 48, build_bf16_config(64, 48, 64, 48, 132, 2)),            # 32-byte D swizzle
+}
+# Instructions per K block per math warp in the main loop, at most (measured + ~3%).
+BUDGETS = {"nt-bf16-4096x7168": 52.0, "nn-bf16-4096x7168": 52.0, "tn-fp32+acc-7168x2112": 49.0}  # measured 50, 50, 47
+
+
+def _source(name):
+    m, n, config = CONFIGS[name]
+    kind = _kind(name)
+    config = config or kernel_choice(m, n, 132, kind)
+    return kernel_source(n, config, kind), config, kind
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def built(request):
+    source, config, kind = _source(request.param)
+    result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True, ptxas_verbose=True)
+    return request.param, config, kind, result
+
+
+def test_bf16_ptx(built):
+    name, config, kind, result = built
+    assert result.cubin[:4] == b"\x7fELF" and b"bf16_gemm_impl" in result.cubin
+    ptx = result.ptx
+    flags = f"p, 1, 1, {int(kind.mn_major_a)}, {int(kind.mn_major_b)};"
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.bf16\.bf16 [^;]*;", ptx)
+    assert mma and set(mma) == {str(config.block_n)}, name
+    assert flags in ptx, f"{name}: transpose flags {flags}"
+    assert ("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add" in ptx) == kind.accumulate, name
+    assert ("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group" in ptx) == (not kind.accumulate), name
+    assert "vprintf" not in ptx
+
+
+def test_bf16_no_register_spills(built):
+    name, _, _, result = built
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), f"{name}\n{result.log}"
+
+
+@pytest.mark.parametrize("name", sorted(BUDGETS))
+def test_bf16_main_loop(name):
+    tool = sass.find_cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump/nvdisasm not found (pip install the `test` extra)")
+    source, config, _ = _source(name)
+    cubin = NVRTCCompiler().compile(source.code(), ARCH).cubin
+    instructions = sass.pick_function(sass.disassemble(cubin, tool), "_impl")
+    main = sass.main_loop(instructions, sass.mmas_per_k_block(config, 16))
+    print(f"\n[{name}] {config}\n{main.format()}")
+    assert main.num_mma % main.mmas_per_k_block == 0
+    assert main.count("LDL", "STL", "R2UR") == 0, main.format(full=True)
+    assert main.per_k_block <= BUDGETS[name], main.format(full=True)
+
+
+def test_bf16_nvcc_compiles():
+    source, _, _ = _source("tn-fp32+acc-7168x2112")
+    assert "wgmma.mma_async" in NVCCCompiler().compile(source.code(), ARCH, want_ptx=True).ptx
+
+
+def test_bf16_smem_mismatch_and_ragged_mn_major_tile_fail_to_compile():
+    source, config, kind = _source("nt-bf16-64x48-bn48")
+    with pytest.raises(CompileError, match="shared-memory size"):
+        NVRTCCompiler().compile(kernel_source(48, dataclasses.replace(config, smem_size=config.smem_size + 16),
+                                              kind).code(), ARCH)
+    with pytest.raises(CompileError, match="MN-major B"):
+        NVRTCCompiler().compile(kernel_source(48, config, dataclasses.replace(kind, mn_major_b=True)).code(), ARCH)
