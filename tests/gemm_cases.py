@@ -672,8 +672,6 @@ def sample_bf16(rng: random.Random) -> dict:
     layout = rng.choice(["nt", "nn", "tn", "tt"])
     n, k = 8 * rng.randint(1, 1024), 8 * rng.randint(1, 1024)
     m = _cap_rows(draw_rows(rng, 8192), n * k, k)
-    if layout[0] == "t":  # a given [k, m]: its row stride m must be whole 16-byte chunks
-        m = max(8, m // 8 * 8)
     return dict(layout=layout, out=rng.choice(["bf16", "fp32"]), c=rng.choice(["none", "d", "other"]), m=m, n=n, k=k)
 
 
@@ -684,7 +682,7 @@ def build_bf16(p: dict, device, seed: int) -> Case:
     a = torch.randn((m, k), device=device, generator=gen).to(torch.bfloat16)
     b = torch.randn((n, k), device=device, generator=gen).to(torch.bfloat16)
     ref = a.float() @ b.float().t()
-    a_arg = a if layout[0] == "n" else a.t().contiguous()  # tn / tt take a as [k, m]
+    a_arg = a if layout[0] == "n" else padded_rows(a.t().contiguous())  # tn / tt take a as [k, m], any m
     b_arg = b if layout[1] == "t" else b.t().contiguous()  # nn / tn take b as [k, n]
     g = Guarded((m, n), out_dtype, device)
     # Through bf16_gemm_nt itself, on the transposed views the alias would make (tests/gpu/test_bf16_gpu.py calls the
@@ -709,6 +707,79 @@ def build_bf16(p: dict, device, seed: int) -> Case:
 def _bf16_a_strided(d: dict) -> None:
     a = d["a"]
     d["a"] = torch.zeros((a.shape[0], 2 * a.shape[1]), dtype=a.dtype, device=a.device)[:, ::2]
+
+
+# ---- m_grouped_bf16_gemm_nt_contiguous (per-row and psum layouts, K- or MN-major B) and _masked
+
+def sample_bf16_contiguous(rng: random.Random) -> dict:
+    groups = rng.choice([1, 2, 4, 8])
+    sizes = [0 if rng.random() < 0.1 else rng.randint(1, 600) for _ in range(groups)]
+    return dict(sizes=sizes, n=8 * rng.randint(1, 512), k=64 * rng.randint(1, 64), layout=rng.choice(["nt", "nn"]),
+                psum=rng.random() < 0.5)
+
+
+def build_bf16_contiguous(p: dict, device, seed: int) -> Case:
+    sizes, n, k = p["sizes"], p["n"], p["k"]
+    gen = _gen(device, seed)
+    starts, row = [], 0
+    for size in sizes:  # every group starts at a multiple of 128 (both layouts)
+        starts.append(row)
+        row = (row + size + 127) // 128 * 128
+    m = max(row, 1)
+    a = torch.randn((m, k), device=device, generator=gen).to(torch.bfloat16)
+    b = torch.randn((len(sizes), n, k), device=device, generator=gen).to(torch.bfloat16)
+    b_arg = b if p["layout"] == "nt" else b.transpose(1, 2).contiguous().transpose(1, 2)  # nn: [G, k, n] storage
+    ref = torch.zeros((m, n), device=device)
+    written = torch.zeros((m,), dtype=torch.bool, device=device)
+    layout = torch.full((m,), -1, dtype=torch.int32, device=device)
+    for g, (start, size) in enumerate(zip(starts, sizes)):
+        ref[start:start + size] = a[start:start + size].float() @ b[g].float().t()
+        written[start:start + size] = True
+        layout[start:start + size] = g
+    g_out = Guarded((m, n), torch.bfloat16, device)
+    if p["psum"]:
+        ends = torch.tensor([start + size for start, size in zip(starts, sizes)], dtype=torch.int32, device=device)
+        args = (a, b_arg, g_out.out, ends, "nk", True)
+    else:
+        written[:] = True  # per-row layout: padding rows are written as zeros
+        args = (a, b_arg, g_out.out, layout)
+
+    def checker(case: Case) -> None:
+        _assert_close([(case.out[written], ref[written], None)], case.desc)
+        assert bool(case.guarded.untouched()[~written].all()), f"{case.desc}: rows outside every group were written"
+
+    return Case("m_grouped_bf16_gemm_nt_contiguous",
+                f"bf16 contiguous {p['layout']} {'psum' if p['psum'] else 'm_indices'} sizes={sizes} n={n} k={k}",
+                args, g_out, checker, dict(ref=ref, result=ref, written=written))
+
+
+def sample_bf16_masked(rng: random.Random) -> dict:
+    groups, m_max = rng.choice([1, 4, 8, 32]), rng.choice([64, 128, 192, 512])
+    masked = [rng.randint(0, m_max) for _ in range(groups)]
+    return dict(masked=masked, m_max=m_max, n=8 * rng.randint(1, 512), k=8 * rng.randint(1, 512),
+                expected_m=max(1, sum(masked) // groups))
+
+
+def build_bf16_masked(p: dict, device, seed: int) -> Case:
+    masked, m_max, n, k = p["masked"], p["m_max"], p["n"], p["k"]
+    groups = len(masked)
+    gen = _gen(device, seed)
+    a = torch.randn((groups, m_max, k), device=device, generator=gen).to(torch.bfloat16)
+    b = torch.randn((groups, n, k), device=device, generator=gen).to(torch.bfloat16)
+    ref = torch.einsum("gmk,gnk->gmn", a.float(), b.float())
+    rows = torch.arange(m_max, device=device).view(1, -1)
+    written = rows < torch.tensor(masked, device=device).view(-1, 1)
+    g_out = Guarded((groups, m_max, n), torch.bfloat16, device)
+    masked_m = torch.tensor(masked, dtype=torch.int32, device=device)
+
+    def checker(case: Case) -> None:
+        _assert_close([(case.out[written], ref[written], None)], case.desc)
+        assert bool(case.guarded.untouched()[~written].all()), f"{case.desc}: rows >= masked_m were written"
+
+    result = torch.where(written.unsqueeze(-1), ref, torch.zeros((), device=device))
+    return Case("m_grouped_bf16_gemm_nt_masked", f"bf16 masked G={groups} m_max={m_max} masked={masked} n={n} k={k}",
+                (a, b, g_out.out, masked_m, p["expected_m"]), g_out, checker,
+                dict(ref=ref, result=result, written=written))
 
 
 # ---------------------------------------------------------------- registry
@@ -742,12 +813,29 @@ SPECS: List[GemmSpec] = [
     GemmSpec("k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", sample_k_grouped, build_k_grouped,
              dict(m=129, n=100, ks=[256, 0, 1040, 16]), 3),
     GemmSpec("bmm_fp8_fp8_bf16_nt", sample_bmm, build_bmm, dict(batches=5, m=17, n=1000, k=576, sa_form="sliced"), 3),
-    GemmSpec("bf16_gemm_nt", sample_bf16, build_bf16, dict(layout="nn", out="fp32", c="d", m=129, n=200, k=200), 3,
+    GemmSpec("bf16_gemm_nt", sample_bf16, build_bf16, dict(layout="tn", out="fp32", c="d", m=136, n=200, k=200), 3,
              arg_names=("a", "b", "out", "c"),
              malformed=(("bf16-a-fp16", lambda d: d.__setitem__("a", d["a"].half()), TypeError, "a", True),
                         ("bf16-b-k-mismatch", lambda d: d.__setitem__("b", d["b"][:, :-8]), ValueError, "b", True),
                         ("bf16-c-dtype", lambda d: d.__setitem__("c", d["c"].double()), ValueError, "c", True),
                         ("bf16-a-no-unit-stride", _bf16_a_strided, ValueError, "a", False)),
+             operator=False),
+    GemmSpec("m_grouped_bf16_gemm_nt_contiguous", sample_bf16_contiguous, build_bf16_contiguous,
+             dict(sizes=[100, 0, 300, 1], n=2112, k=576, layout="nt", psum=False), 3,
+             arg_names=("a", "b", "out", "grouped_layout"),
+             malformed=(("bf16-contiguous-layout-dtype", lambda d: d.__setitem__("grouped_layout",
+                                                                                   d["grouped_layout"].long()),
+                         TypeError, "grouped_layout", True),
+                        ("bf16-contiguous-b-k", lambda d: d.__setitem__("b", d["b"][:, :, :-64]), ValueError, "b",
+                         True)),
+             operator=False),
+    GemmSpec("m_grouped_bf16_gemm_nt_masked", sample_bf16_masked, build_bf16_masked,
+             dict(masked=[0, 192, 57, 100], m_max=192, n=256, k=576, expected_m=96), 3,
+             arg_names=("a", "b", "out", "masked_m", "expected_m"),
+             malformed=(("bf16-masked-count-shape", lambda d: d.__setitem__("masked_m", d["masked_m"][:-1]),
+                         ValueError, "masked_m", True),
+                        ("bf16-masked-expected-m", lambda d: d.__setitem__("expected_m", 1.5), TypeError,
+                         "expected_m", True)),
              operator=False),
 ]
 SPEC_BY_NAME = {s.name: s for s in SPECS}

@@ -11,8 +11,12 @@ from gemm_cases import SPECS
 def _simulate(case) -> None:
     """Write what a correct kernel writes: the reference, rounded to the output's type (accumulated for FP32)."""
     ref = case.extra["ref"]
-    if "result" in case.extra:  # the whole expected output (e.g. with an accumulation input already added)
-        case.out.copy_(case.extra["result"].to(case.out.dtype))
+    if "result" in case.extra:  # the expected output (with any accumulation input added), where it is written
+        written = case.extra.get("written")
+        if written is None:
+            case.out.copy_(case.extra["result"].to(case.out.dtype))
+        else:
+            case.out[written] = case.extra["result"][written].to(case.out.dtype)
     elif case.fn_name == "m_grouped_gemm_fp8_fp8_bf16_nt_masked":
         for e, c in enumerate(case.extra["counts"]):
             case.out[e, :c] = ref[e, :c].to(case.out.dtype)

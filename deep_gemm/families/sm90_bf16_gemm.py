@@ -1,9 +1,10 @@
-"""Kernel family of include/deep_gemm/sm90/bf16_gemm.cuh (the dense BF16 GEMM, D = A B^T or D += A B^T, each
-operand K-major or MN-major, BF16 or FP32 D): validation of a call's arguments into a layout, the kernel
-configuration, and the `_C` plan.
+"""Kernel family of include/deep_gemm/sm90/bf16_gemm.cuh (BF16 GEMMs: dense D = A B^T or D += A B^T with each operand
+K-major or MN-major and a BF16 or FP32 D; the MoE contiguous, psum and masked layouts with BF16 D): validation of a
+call's arguments into a layout, the kernel configuration, and the `_C` plan.
 
 An operand's layout comes from its strides, as in DeepGEMM: A [m, k] with unit stride along k is K-major, with unit
 stride along m MN-major (a transposed view: the nn / tn / tt forms only transpose views); likewise B [n, k]."""
+import numbers
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
@@ -12,11 +13,12 @@ import torch
 from .. import jit, log
 from ..device import get_device_arch, get_num_sms
 from ..envs import read_env
-from ..heuristics.common import GemmConfig, ceil_div, get_forced_config
+from ..heuristics.common import GemmConfig, KernelType, ceil_div, get_forced_config
 from ..heuristics.sm90_bf16 import BLOCK_K, get_bf16_config
 from ..jit.runtime import ensure_context
 from . import checks
-from .plan import TENSOR_MAP, U32, ParamBuffer, launch, make_plan, noop_plan
+from .fp8_gemm_1d2d_args import GEMM_TYPES
+from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, launch, make_plan, noop_plan
 from .variant import INT, TENSOR, Family, Variant
 
 HEADER = "deep_gemm/sm90/bf16_gemm.cuh"
@@ -24,16 +26,19 @@ HEADER = "deep_gemm/sm90/bf16_gemm.cuh"
 FUNCTION = "deep_gemm::sm90::bf16_gemm_impl"
 # The kernel's parameters, in its signature's order.
 PARAMS = (("tensor_map_a", TENSOR_MAP), ("tensor_map_b", TENSOR_MAP), ("tensor_map_d", TENSOR_MAP),
-          ("shape_m", U32), ("num_k_blocks", U32))
+          ("shape_m", U32), ("shape_k", U32), ("num_k_blocks", U32), ("grouped_layout", POINTER), ("num_groups", U32),
+          ("d", POINTER), ("d_row_stride", U32))
 
 
 @dataclass(frozen=True)
 class KernelKind:
-    """What selects an instantiation besides the shape: the operands' layouts and D's type and mode."""
+    """What selects an instantiation besides the shape: the GEMM type, the operands' layouts and D's type and mode."""
     mn_major_a: bool
     mn_major_b: bool
     out_fp32: bool
     accumulate: bool
+    gemm_type: KernelType = KernelType.NORMAL
+    psum_alignment: int = 0
 
     @property
     def out_bytes(self) -> int:
@@ -41,17 +46,20 @@ class KernelKind:
 
 
 def kernel_source(n: int, config: GemmConfig, kind: KernelKind) -> jit.KernelSource:
-    """The template instantiation for (n, config, kind); m and K are run-time values."""
-    named = dict(SHAPE_N=n, BLOCK_M=config.block_m, BLOCK_N=config.block_n, kNumStages=config.num_stages,
-                 kNumMulticast=config.num_multicast, kMulticastOnA=config.multicast_on_a,
-                 kSwizzleDBytes=config.swizzle_d_bytes, kSmemSize=config.smem_size, kMNMajorA=kind.mn_major_a,
+    """The template instantiation for (n, config, kind); m, K and the groups are run-time values."""
+    named = dict(kGemmType=GEMM_TYPES[kind.gemm_type], SHAPE_N=n, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+                 kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
+                 kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
+                 kSmemSize=config.smem_size, kPsumAlignment=kind.psum_alignment, kMNMajorA=kind.mn_major_a,
                  kMNMajorB=kind.mn_major_b, kOutputFP32=kind.out_fp32, kAccumulate=kind.accumulate)
     return jit.KernelSource(name="sm90_bf16_gemm", header=HEADER, function=FUNCTION, config=named)
 
 
-def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind) -> GemmConfig:
-    """The configuration a call of m x n outputs loads; its source is `kernel_source(n, config, kind)`."""
-    return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes)
+def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 1) -> GemmConfig:
+    """The configuration a call loads (m: the rows of a dense or contiguous call, the expected rows per group of a
+    masked or psum one); its source is `kernel_source(n, config, kind)`."""
+    return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes, kind.gemm_type,
+                                                  groups)
 
 
 @dataclass
@@ -67,12 +75,12 @@ def clear_kernels() -> None:
     _kernels.clear()
 
 
-def _kernel(m: int, n: int, kind: KernelKind, num_sms: int, device_index: int, arch: str) -> _Kernel:
+def _kernel(m: int, n: int, kind: KernelKind, num_sms: int, device_index: int, arch: str, groups: int = 1) -> _Kernel:
     forced = get_forced_config()
-    key = (m, n, kind, num_sms, device_index, arch, forced)
+    key = (m, n, kind, groups, num_sms, device_index, arch, forced)
     kernel = _kernels.get(key)
     if kernel is None:
-        config = kernel_choice(m, n, num_sms, kind)
+        config = kernel_choice(m, n, num_sms, kind, groups)
         log.apply_env(read_env())
         log.configs.debug("bf16 m=%d n=%d %s: %s", m, n, kind, config)
         ensure_context(device_index)
@@ -83,8 +91,11 @@ def _kernel(m: int, n: int, kind: KernelKind, num_sms: int, device_index: int, a
 
 @dataclass(frozen=True)
 class Operands:
-    """Geometry of one call's operands, tensors numbered (A, B, D) as `_C` reads them: A's and B's outer stride
-    (elements; the row stride of a K-major operand, the K stride of an MN-major one) and D's row stride."""
+    """Geometry of one call's operands, tensors numbered (A, B, D[, grouped_layout]) as `_C` reads them: A's and B's
+    outer stride (elements; the row stride of a K-major operand, the K stride of an MN-major one), D's row stride,
+    the rows of A / D (`rows`: m, the stacked rows of every expert, or G * m_max), the rows of B's 2-D view
+    (`b_rows`: n or k, G * n or G * k for grouped B, K- or MN-major), the groups, and `m`: the kernel's shape_m
+    (m_max for masked) / `hint_m` its heuristic's."""
     m: int
     n: int
     k: int
@@ -92,28 +103,42 @@ class Operands:
     a_stride: int
     b_stride: int
     d_stride: int
+    rows: int
+    b_rows: int
+    num_groups: int = 1
+    hint_m: int = 0
 
 
 def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: str):
     """The `_C` plan of D (+)= A B^T: one launch."""
-    kernel = _kernel(ops.m, ops.n, ops.kind, num_sms, device_index, arch)
+    groups_for_heuristic = ops.num_groups if ops.kind.gemm_type != KernelType.M_GROUPED_CONTIGUOUS else 1
+    kernel = _kernel(ops.hint_m or ops.m, ops.n, ops.kind, num_sms, device_index, arch, groups_for_heuristic)
     cfg, kind = kernel.config, ops.kind
     params = ParamBuffer(PARAMS)
-    for name, index, rows, block, mn_major, stride in (("tensor_map_a", 0, ops.m, cfg.block_m, kind.mn_major_a,
-                                                        ops.a_stride),
-                                                       ("tensor_map_b", 1, ops.n, cfg.block_n, kind.mn_major_b,
-                                                        ops.b_stride)):
-        if mn_major:  # [k, rows], unit stride along rows: 64 x 64 boxes, block / 64 per stage
-            params.tensor_map(name, index, 2, (rows, ops.k), (stride,), (64, BLOCK_K), 128)
-        else:         # [rows, k]
-            params.tensor_map(name, index, 2, (ops.k, rows), (stride,), (BLOCK_K, block), 128)
+    # A: [rows, k] K-major, or [k, rows] MN-major; B: [b_rows, k] K-major, or [b_rows, n] MN-major (b_rows: G x k
+    # for grouped B). An MN-major operand loads 64 x 64 boxes (block / 64 per stage), a K-major one 64 x block.
+    if kind.mn_major_a:
+        params.tensor_map("tensor_map_a", 0, 2, (ops.rows, ops.k), (ops.a_stride,), (64, BLOCK_K), 128)
+    else:
+        params.tensor_map("tensor_map_a", 0, 2, (ops.k, ops.rows), (ops.a_stride,), (BLOCK_K, cfg.block_m), 128)
+    if kind.mn_major_b:
+        params.tensor_map("tensor_map_b", 1, 2, (ops.n, ops.b_rows), (ops.b_stride,), (64, BLOCK_K), 128)
+    else:
+        params.tensor_map("tensor_map_b", 1, 2, (ops.k, ops.b_rows), (ops.b_stride,), (BLOCK_K, cfg.block_n), 128)
     out_bytes = kind.out_bytes
-    params.tensor_map("tensor_map_d", 2, out_bytes, (ops.n, ops.m, 1), (ops.d_stride, ops.m * ops.d_stride),
+    params.tensor_map("tensor_map_d", 2, out_bytes, (ops.n, ops.rows, 1), (ops.d_stride, ops.rows * ops.d_stride),
                       (cfg.swizzle_d_bytes // out_bytes, 64, 1), cfg.swizzle_d_bytes)
     params.u32("shape_m", ops.m)
+    params.u32("shape_k", ops.k)
     params.u32("num_k_blocks", ceil_div(ops.k, BLOCK_K))
+    grouped = kind.gemm_type != KernelType.NORMAL
+    params.pointer("grouped_layout", 3 if grouped else None)
+    params.u32("num_groups", ops.num_groups)
+    params.pointer("d", 2)
+    params.u32("d_row_stride", ops.d_stride)
     launches = [params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)]
-    return make_plan(kernel.function, device_index, (15,) * 3, extents, (2,), launches)
+    num_tensors = 4 if grouped else 3
+    return make_plan(kernel.function, device_index, (15, 15, 15, 3)[:num_tensors], extents, (2,), launches)
 
 
 # ---- Validation ----
@@ -141,19 +166,36 @@ def operand_layout(t: torch.Tensor, name: str, rows_name: str) -> Tuple[bool, in
     return mn_major, stride
 
 
+def _grouped_b_layout(b: torch.Tensor) -> Tuple[bool, int]:
+    """(MN-major, outer stride) of a grouped B [G, n, k] whose groups are stacked uniformly: K-major ([G * n, k]
+    rows) or MN-major ([G * k, n] rows, DeepGEMM's nn form given as its transposed view)."""
+    g, n, k = b.shape
+    if k <= 1 or b.stride(2) == 1:
+        flat = checks.rows_view(b, "b")
+    elif n <= 1 or b.stride(1) == 1:
+        flat = checks.rows_view(b.transpose(1, 2), "b").t()
+    else:
+        raise ValueError(f"b must have unit stride along k (K-major) or along n (MN-major), got shape "
+                         f"{tuple(b.shape)} and strides {b.stride()}")
+    return operand_layout(flat, "b", "n")
+
+
 @dataclass
 class BF16Layout:
-    """What the checks concluded for one layout of a `bf16_gemm_nt` call; plans are made once per geometry."""
-    nothing_to_do: bool  # m or n is 0
+    """What the checks concluded for one layout of a BF16 GEMM call; plans are made once per geometry."""
+    nothing_to_do: bool  # m or n (or the groups) is 0
     zero_k: bool         # k is 0: D = 0 (or D unchanged when accumulating)
     device: torch.device
-    m: int
+    m: int               # the kernel's shape_m: rows (dense, contiguous, psum) or m_max (masked)
     n: int
     k: int
     kind: KernelKind
     extents: Tuple[int, ...]
     num_sms: int
     arch: str
+    num_groups: int = 1
+    rows: int = 0        # rows of A / D (0: m)
+    hint_m: int = 0      # the heuristic's m (masked, psum: expected rows per group; 0: m)
     plans: dict = field(default_factory=dict)
     family: Optional[Family] = None  # bound by the runtime for a layout that launches
 
@@ -161,14 +203,18 @@ class BF16Layout:
     def needs_kernel(self) -> bool:
         return not (self.nothing_to_do or self.zero_k)
 
-    def run(self, a, b, d, accumulate):
+    def run(self, a, b, d, *rest):
         """The per-call part: pointer checks, the launch. Returns the plan (every call of a checked layout launches
         as it is), or None for k = 0, whose zero fill `_C` cannot replay."""
-        tensors = (a, b, d)
+        grouped = self.kind.gemm_type != KernelType.NORMAL
+        tensors = (a, b, d, rest[0]) if grouped else (a, b, d)
+        outputs = (2,)
         if self.nothing_to_do:
-            return noop_plan(self.device.index, 3, self.extents, (2,))
+            return noop_plan(self.device.index, len(tensors), self.extents, outputs)
         if self.zero_k:
-            if not self.kind.accumulate:
+            if self.kind.gemm_type == KernelType.M_GROUPED_MASKED:
+                _zero_masked_rows(d, rest[0])
+            elif not self.kind.accumulate:
                 d.zero_()
             return None
         ptrs = [t.data_ptr() for t in tensors]
@@ -176,7 +222,8 @@ class BF16Layout:
             if ptr % 16:
                 raise ValueError(f"{name}'s data pointer must be 16-byte aligned, got offset {ptr % 16}")
         checks.check_no_overlap_ptrs("d", ptrs[2], self.extents[2],
-                                     [(_NAMES[i], ptrs[i], self.extents[i]) for i in range(2)])
+                                     [(("a", "b", "d", "grouped_layout")[i], ptrs[i], self.extents[i])
+                                      for i in range(len(tensors)) if i != 2])
         geometry = checks.tensor_geometry(tensors)
         plan = self.plans.get(geometry)
         if plan is None:
@@ -185,16 +232,53 @@ class BF16Layout:
         launch(plan, tuple(ptrs))
         return plan
 
-    def load_kernel(self, a, b, d, accumulate) -> None:
+    def load_kernel(self, a, b, d, *rest) -> None:
         """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing."""
         if self.needs_kernel:
-            self.family.load(self.m, self.n, self.kind, self.num_sms, self.device.index, self.arch)
+            self.family.load(self.hint_m or self.m, self.n, self.kind, self.num_sms, self.device.index, self.arch,
+                             self._heuristic_groups())
+
+    def _heuristic_groups(self) -> int:
+        return 1 if self.kind.gemm_type in (KernelType.NORMAL, KernelType.M_GROUPED_CONTIGUOUS) else self.num_groups
 
     def _operands(self, a, b, d) -> Operands:
-        _, a_stride = operand_layout(a, "a", "m")
-        _, b_stride = operand_layout(b, "b", "n")
-        d_stride = d.stride(0) if self.m > 1 else ceil_div(self.n, 8) * 8
-        return Operands(self.m, self.n, self.k, self.kind, a_stride, b_stride, d_stride)
+        grouped = self.kind.gemm_type != KernelType.NORMAL
+        rows = self.rows or self.m
+        if grouped:
+            _, a_stride = operand_layout(checks.rows_view(a, "a"), "a", "m")
+            _, b_stride = _grouped_b_layout(b)
+            d2 = checks.rows_view(d, "d")
+            b_rows = self.num_groups * (self.k if self.kind.mn_major_b else self.n)
+        else:
+            _, a_stride = operand_layout(a, "a", "m")
+            _, b_stride = operand_layout(b, "b", "n")
+            d2, b_rows = d, (self.k if self.kind.mn_major_b else self.n)
+        d_stride = d2.stride(0) if rows > 1 else ceil_div(self.n, 8) * 8
+        return Operands(self.m, self.n, self.k, self.kind, a_stride, b_stride, d_stride, rows, b_rows,
+                        self.num_groups, self.hint_m)
+
+
+def _zero_masked_rows(d: torch.Tensor, masked_m: torch.Tensor) -> None:
+    """k = 0 in the masked layout: rows < masked_m[g] of each group become zeros, the others stay (no host sync)."""
+    rows = torch.arange(d.shape[1], device=d.device).view(1, -1, 1)
+    d.masked_fill_(rows < masked_m.view(-1, 1, 1), 0)
+
+
+def _check_d(d, n: int, name: str = "d") -> None:
+    if n > 1 and d.stride(-1) != 1:
+        raise ValueError(f"{name} must be row-major (stride(-1) == 1), got strides {d.stride()}")
+    per_chunk = 16 // d.element_size()
+    if n % per_chunk != 0:
+        raise ValueError(f"n = {n}: a {d.dtype} {name} needs n to be a multiple of {per_chunk} (TMA writes whole "
+                         f"16-byte chunks of a row)")
+    if d.shape[-2] > 1 and d.stride(-2) % per_chunk != 0:
+        raise ValueError(f"{name}'s row stride is {d.stride(-2)} elements; TMA needs a multiple of 16 bytes")
+
+
+def _layout(device, m, n, k, kind, tensors, nothing, **extra) -> BF16Layout:
+    return BF16Layout(nothing, not nothing and k == 0, device, m, n, k, kind,
+                      tuple(checks.extent_bytes(t) for t in tensors), get_num_sms(device.index),
+                      get_device_arch(device.index), **extra)
 
 
 def normalise(a, b, d, accumulate) -> BF16Layout:
@@ -218,33 +302,138 @@ def normalise(a, b, d, accumulate) -> BF16Layout:
     tensors = (a, b, d)
     device = checks.check_same_cuda_device(list(zip(_NAMES, tensors)))
     checks.check_no_overlap(d, "d", list(zip(_NAMES[:2], tensors[:2])))
-    out_fp32 = d.dtype == torch.float32
     nothing = m == 0 or n == 0
     mn_major_a = mn_major_b = False
     if not nothing and k > 0:
         mn_major_a, _ = operand_layout(a, "a", "m")
         mn_major_b, _ = operand_layout(b, "b", "n")
-        if n > 1 and d.stride(1) != 1:
-            raise ValueError(f"d must be row-major (stride(1) == 1), got strides {d.stride()}")
-        per_chunk = 16 // d.element_size()
-        if n % per_chunk != 0:
-            raise ValueError(f"n = {n}: a {d.dtype} d needs n to be a multiple of {per_chunk} (TMA writes whole "
-                             f"16-byte chunks of a row)")
-        if m > 1 and d.stride(0) % per_chunk != 0:
-            raise ValueError(f"d's row stride is {d.stride(0)} elements; TMA needs a multiple of 16 bytes")
-    kind = KernelKind(mn_major_a, mn_major_b, out_fp32, bool(accumulate))
-    return BF16Layout(nothing, not nothing and k == 0, device, m, n, k, kind,
-                      tuple(checks.extent_bytes(t) for t in tensors), get_num_sms(device.index),
-                      get_device_arch(device.index))
+        _check_d(d, n)
+    kind = KernelKind(mn_major_a, mn_major_b, d.dtype == torch.float32, bool(accumulate))
+    return _layout(device, m, n, k, kind, tensors, nothing)
+
+
+def _grouped_operands(a, b, d, a_dim: int):
+    checks.check_tensor(a, "a", torch.bfloat16, a_dim)
+    checks.check_tensor(b, "b", torch.bfloat16, 3)
+    checks.check_tensor(d, "d", torch.bfloat16, a_dim)
+    num_groups, n, k = b.shape
+    if a.shape[-1] != k:
+        raise ValueError(f"b must have shape (G, n, {k}) to match a's k, got {tuple(b.shape)}")
+    return num_groups, n, k
+
+
+def _check_grouped_launch(a, b, d, n: int, k: int) -> bool:
+    """Layout checks of a grouped launch; returns whether B is MN-major."""
+    operand_layout(checks.rows_view(a, "a"), "a", "m")
+    if checks.rows_view(a, "a").stride(-1) != 1 and k > 1:
+        raise ValueError(f"a must be K-major (stride(-1) == 1) in the grouped GEMMs, got strides {a.stride()}")
+    mn_major_b, _ = _grouped_b_layout(b)
+    if mn_major_b and k % BLOCK_K != 0:
+        raise ValueError(f"k = {k}: an MN-major b (the nn form) stacks its groups along k, which needs k % "
+                         f"{BLOCK_K} == 0 (as DeepGEMM on SM90)")
+    _check_d(checks.rows_view(d, "d"), n)
+    return mn_major_b
+
+
+def normalise_contiguous(a, b, d, grouped_layout, use_psum_layout, expected_m, alignment) -> BF16Layout:
+    """Every layout check of `m_grouped_bf16_gemm_nt_contiguous`: per-row group ids (grouped_layout [M] int32, -1 =
+    padding; each group's rows in segments aligned to 128) or, with `use_psum_layout`, DeepGEMM's psum layout."""
+    if use_psum_layout not in (0, 1):
+        raise ValueError(f"use_psum_layout must be a bool, got {use_psum_layout}")
+    if use_psum_layout:
+        return normalise_psum(a, b, d, grouped_layout, expected_m, alignment)
+    if expected_m:
+        raise ValueError("expected_m_for_psum_layout is only taken with use_psum_layout=True (as DeepGEMM)")
+    num_groups, n, k = _grouped_operands(a, b, d, 2)
+    m = a.shape[0]
+    checks.check_shape(d, "d", (m, n), "M x n")
+    checks.check_index_tensor(grouped_layout, "grouped_layout", (m,), "M (one group id per row)")
+    named = list(zip(("a", "b", "d", "grouped_layout"), (a, b, d, grouped_layout)))
+    device = checks.check_same_cuda_device(named)
+    checks.check_no_overlap(d, "d", [named[0], named[1], named[3]])
+    nothing = m == 0 or n == 0 or num_groups == 0
+    mn_major_b = False if nothing or k == 0 else _check_grouped_launch(a, b, d, n, k)
+    kind = KernelKind(False, mn_major_b, False, False, KernelType.M_GROUPED_CONTIGUOUS)
+    return _layout(device, m, n, k, kind, (a, b, d, grouped_layout), nothing, num_groups=num_groups)
+
+
+def _host_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+def normalise_psum(a, b, d, grouped_layout, expected_m, alignment) -> BF16Layout:
+    """Every layout check of `m_grouped_bf16_gemm_nt_contiguous(..., use_psum_layout=True)`: grouped_layout [G] int32
+    holds the running row count at the end of each group; group g's rows are [align(end[g - 1], alignment),
+    end[g])."""
+    num_groups, n, k = _grouped_operands(a, b, d, 2)
+    m = a.shape[0]
+    checks.check_shape(d, "d", (m, n), "M x n")
+    checks.check_index_tensor(grouped_layout, "grouped_layout", (num_groups,), "G (psum layout)")
+    expected_m = _host_int(expected_m, "expected_m_for_psum_layout")
+    if _host_int(alignment, "the mk alignment") == 0:
+        raise ValueError("the mk alignment for the contiguous layout must be > 0")
+    if k == 0:
+        raise ValueError("a: the psum layout needs k > 0 (as DeepGEMM)")
+    named = list(zip(("a", "b", "d", "grouped_layout"), (a, b, d, grouped_layout)))
+    device = checks.check_same_cuda_device(named)
+    checks.check_no_overlap(d, "d", [named[0], named[1], named[3]])
+    nothing = m == 0 or n == 0 or num_groups == 0
+    mn_major_b = False if nothing or k == 0 else _check_grouped_launch(a, b, d, n, k)
+    kind = KernelKind(False, mn_major_b, False, False, KernelType.M_GROUPED_PSUM, int(alignment))
+    hint = min(max(expected_m or ceil_div(m, max(num_groups, 1)), 1), max(m, 1))
+    return _layout(device, m, n, k, kind, (a, b, d, grouped_layout), nothing, num_groups=num_groups, hint_m=hint)
+
+
+def normalise_masked(a, b, d, masked_m, expected_m) -> BF16Layout:
+    """Every layout check of `m_grouped_bf16_gemm_nt_masked`: a [G, m_max, k], b [G, n, k], d [G, m_max, n]; rows
+    < masked_m[g] of group g are computed, the others left untouched."""
+    num_groups, n, k = _grouped_operands(a, b, d, 3)
+    g_a, m_max, _ = a.shape
+    if g_a != num_groups:
+        raise ValueError(f"a has {g_a} groups but b has {num_groups}")
+    checks.check_shape(d, "d", (num_groups, m_max, n), "G x m_max x n")
+    checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
+    expected_m = _host_int(expected_m, "expected_m")
+    named = list(zip(("a", "b", "d", "masked_m"), (a, b, d, masked_m)))
+    device = checks.check_same_cuda_device(named)
+    checks.check_no_overlap(d, "d", [named[0], named[1], named[3]])
+    nothing = m_max == 0 or n == 0 or num_groups == 0
+    mn_major_b = False if nothing or k == 0 else _check_grouped_launch(a, b, d, n, k)
+    kind = KernelKind(False, mn_major_b, False, False, KernelType.M_GROUPED_MASKED)
+    hint = min(max(expected_m, 1), max(m_max, 1))
+    return _layout(device, m_max, n, k, kind, (a, b, d, masked_m), nothing, num_groups=num_groups,
+                   rows=num_groups * m_max, hint_m=hint)
+
+
+# The dense forms a warm-up shape compiles: a layer's forward (nt, BF16 d), its input gradient (nn: B MN-major) and its
+# weight gradient (tn: both MN-major, FP32 d accumulated), as DeepGEMM's test_bf16 runs them.
+WARMUP_DENSE_KINDS = (KernelKind(False, False, False, False), KernelKind(False, True, False, False),
+                      KernelKind(True, True, True, True))
 
 
 def warmup_kernels(variant: str, shape: dict, ms, num_sms: int, arch: str, psum_alignment: int):
-    """The kernels calls of one warm-up shape (m, n; K-major operands, BF16 D, no accumulation) load."""
-    kind = KernelKind(False, False, False, False)
+    """The kernels calls of one warm-up shape load: dense (m, n): WARMUP_DENSE_KINDS; contiguous (m = all rows, n):
+    K-major B with per-row group ids; masked (m = expected rows per group, n, num_groups): K-major B."""
+    if variant == "bf16":
+        kinds, groups = WARMUP_DENSE_KINDS, 1
+    else:
+        gemm_type = KernelType.M_GROUPED_CONTIGUOUS if variant == "bf16_contiguous" else KernelType.M_GROUPED_MASKED
+        kinds = (KernelKind(False, False, False, False, gemm_type),)
+        groups = shape.get("num_groups", 1) if gemm_type == KernelType.M_GROUPED_MASKED else 1
     m, n = shape["m"], shape["n"]
-    return [kernel_source(n, kernel_choice(m, n, num_sms, kind), kind)]
+    return [kernel_source(n, kernel_choice(m, n, num_sms, kind, groups), kind) for kind in kinds]
 
 
 BF16 = Variant("bf16", "bf16_gemm_nt", (TENSOR, TENSOR, TENSOR, INT), normalise, warmup_fields=("m", "n"))
-FAMILY = Family("sm90_bf16_gemm", HEADER, FUNCTION, PARAMS, ("sm_90a",), (BF16,), build_plan, clear_kernels,
-                _kernel, warmup_kernels)
+# One variant for both contiguous layouts, as DeepGEMM's one name with its use_psum_layout flag: (a, b, d,
+# grouped_layout, use_psum_layout, expected_m_for_psum_layout, the mk alignment).
+BF16_CONTIGUOUS = Variant("bf16_contiguous", "m_grouped_bf16_gemm_nt_contiguous",
+                          (TENSOR, TENSOR, TENSOR, TENSOR, INT, INT, INT), normalise_contiguous, warmup_fields=("m", "n"))
+BF16_MASKED = Variant("bf16_masked", "m_grouped_bf16_gemm_nt_masked", (TENSOR, TENSOR, TENSOR, TENSOR, INT),
+                      normalise_masked, warmup_fields=("m", "n", "num_groups"))
+FAMILY = Family("sm90_bf16_gemm", HEADER, FUNCTION, PARAMS, ("sm_90a",), (BF16, BF16_CONTIGUOUS, BF16_MASKED),
+                build_plan, clear_kernels, _kernel, warmup_kernels)

@@ -3,7 +3,7 @@ output swizzle and grid, for either operand layout and a BF16 or FP32 D."""
 import functools
 from typing import Tuple
 
-from .common import GemmConfig, ceil_div, min_sms_for_waves, num_waves
+from .common import GemmConfig, KernelType, ceil_div, min_sms_for_waves, num_waves
 from .sm90 import SMEM_BUDGET, SMEM_BYTES_PER_CLK, num_math_threads
 
 BLOCK_K = 64              # BF16 elements of K per stage: one 128-byte swizzle row
@@ -54,17 +54,18 @@ def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
     return max(mma, smem) / _STAGE_EFFICIENCY.get(stages, 1.0)
 
 
-def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int) -> Tuple[int, int]:
+def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int, groups: int,
+                 max_block_m: int) -> Tuple[int, int]:
     candidates = []
     for bm in BLOCK_MS:
-        if bm > 64 and m <= 64:
+        if (bm > 64 and m <= 64) or bm > max_block_m:
             continue
         for bn in (BLOCK_NS if m <= 128 else COMPUTE_BLOCK_NS):
             if legal_block(bm, bn, mn_major_b) and max_stages(bm, bn, out_bytes) >= 2:
                 candidates.append((bm, bn))
     best_key, best = None, None
     for bm, bn in candidates:
-        tiles = ceil_div(m, bm) * ceil_div(n, bn)
+        tiles = groups * ceil_div(m, bm) * ceil_div(n, bn)
         waves = num_waves(tiles, sms)
         if m <= 128:
             # Memory-bound: spread the weights over as many SMs as possible (fewest waves, then fullest last wave,
@@ -78,13 +79,13 @@ def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int) -> 
 
 
 def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, out_bytes: int,
-                      num_stages: int = 0) -> GemmConfig:
+                      num_stages: int = 0, groups: int = 1) -> GemmConfig:
     """The full configuration for chosen blocks (deepest pipeline that fits unless `num_stages` is given, smallest
-    grid that keeps the number of waves)."""
+    grid that keeps the number of waves; `groups` groups of m rows each)."""
     stages = num_stages or max_stages(block_m, block_n, out_bytes)
     if stages < 1 or bf16_smem_size(block_m, block_n, stages, out_bytes) > SMEM_BUDGET:
         raise ValueError(f"block {block_m}x{block_n} with {stages} stages does not fit in shared memory")
-    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    tiles = groups * ceil_div(m, block_m) * ceil_div(n, block_n)
     grid = min(num_sms, min_sms_for_waves(tiles, num_waves(tiles, num_sms), 1))
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages, num_multicast=1,
                       multicast_on_a=True, swizzle_d_bytes=swizzle_d_bytes(block_n, out_bytes), num_sms=grid,
@@ -93,11 +94,17 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
 
 
 @functools.lru_cache(maxsize=4096)
-def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: int) -> GemmConfig:
+def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: int,
+                    kind: KernelType = KernelType.NORMAL, groups: int = 1) -> GemmConfig:
     """Configuration of a BF16 GEMM with m x n outputs of `out_bytes` (2: BF16, 4: FP32) each (m, n > 0). K does not
-    enter: every tile runs the same K loop."""
-    if min(m, n, num_sms) <= 0 or out_bytes not in (2, 4):
-        raise ValueError(f"m, n and num_sms must be positive and out_bytes 2 or 4, got {m}, {n}, {num_sms}, "
-                         f"{out_bytes}")
-    bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes)
-    return build_bf16_config(m, n, bm, bn, num_sms, out_bytes)
+    enter: every tile runs the same K loop. Grouped kinds: contiguous counts m as all rows (a tile stays inside one
+    128-row segment: BLOCK_M <= 128); masked and psum take m as the expected rows of each of `groups` groups, whose
+    last blocks are partial (BLOCK_M <= 128 wastes less of them)."""
+    if min(m, n, num_sms, groups) <= 0 or out_bytes not in (2, 4):
+        raise ValueError(f"m, n, num_sms and groups must be positive and out_bytes 2 or 4, got {m}, {n}, {num_sms}, "
+                         f"{groups}, {out_bytes}")
+    per_group = kind in (KernelType.M_GROUPED_MASKED, KernelType.M_GROUPED_PSUM)
+    tile_groups = groups if per_group else 1
+    max_block_m = 256 if kind == KernelType.NORMAL else 128
+    bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
+    return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups)

@@ -1,11 +1,15 @@
-"""Dense BF16 GEMMs (DeepGEMM v2 names): d = a @ b^T (+ c), BF16 operands, BF16 or FP32 d, FP32 accumulation."""
+"""BF16 GEMMs (DeepGEMM v2 names): dense d = a @ b^T (+ c) with BF16 or FP32 d, and the MoE contiguous (per-row or
+psum layout) and masked GEMMs with BF16 d; BF16 operands, FP32 accumulation."""
 from typing import Optional
 
 import torch
 
 from ..runtime import Op, call
+from ..utils.layout import get_mk_alignment_for_contiguous_layout
 
 _BF16 = int(Op.BF16)
+_CONTIGUOUS = int(Op.BF16_CONTIGUOUS)
+_MASKED = int(Op.BF16_MASKED)
 
 
 def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
@@ -51,6 +55,51 @@ def bf16_gemm_tt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[
                  compiled_dims: str = "mn") -> None:
     """d = a^T @ b^T (+ c) with a given [k, m] and b [n, k]: `bf16_gemm_nt` on a's transposed view."""
     bf16_gemm_nt(_t(a, "a"), b, d, c, compiled_dims)
+
+
+def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+                                      grouped_layout: torch.Tensor, compiled_dims: str = "nk",
+                                      use_psum_layout: bool = False, ensure_zero_padding: bool = True,
+                                      expected_m_for_psum_layout: Optional[int] = None) -> None:
+    """MoE GEMM over experts' rows stacked in a [M, k]: d[M, n] = a @ b[g]^T for each row of group g; b [G, n, k]
+    K-major (or MN-major: unit stride along n, as `m_grouped_bf16_gemm_nn_contiguous` passes it, then k % 64 == 0);
+    d BF16. grouped_layout int32: per-row group ids [M] (-1 = padding, written as zeros; each group's rows in
+    segments aligned to `get_mk_alignment_for_contiguous_layout()` = 128), or with `use_psum_layout` the running row
+    count [G] at the end of each group (group g's rows are [align(end[g - 1], 128), end[g]); rows outside every group
+    are not written). `expected_m_for_psum_layout` (psum only) guides the tile choice. `ensure_zero_padding` has no
+    effect on SM90 (as in DeepGEMM); `compiled_dims` is accepted for compatibility."""
+    if not isinstance(compiled_dims, str):
+        raise TypeError(f"compiled_dims must be a str, got {type(compiled_dims).__name__}")
+    if not isinstance(use_psum_layout, bool):
+        raise TypeError(f"use_psum_layout must be a bool, got {type(use_psum_layout).__name__}")
+    if expected_m_for_psum_layout is not None and not use_psum_layout:
+        raise ValueError("expected_m_for_psum_layout is only taken with use_psum_layout=True (as DeepGEMM)")
+    expected = 0 if expected_m_for_psum_layout is None else expected_m_for_psum_layout
+    alignment = get_mk_alignment_for_contiguous_layout() if use_psum_layout else 0
+    call(_CONTIGUOUS, a, b, d, grouped_layout, int(use_psum_layout), expected, alignment)
+
+
+def m_grouped_bf16_gemm_nn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor,
+                                      grouped_layout: torch.Tensor, compiled_dims: str = "nk",
+                                      use_psum_layout: bool = False, ensure_zero_padding: bool = True) -> None:
+    """`m_grouped_bf16_gemm_nt_contiguous` with b given as [G, k, n] (its transposed view is passed)."""
+    if not isinstance(b, torch.Tensor) or b.dim() != 3:
+        raise ValueError(f"b must be a 3-D torch.Tensor [G, k, n], got {getattr(b, 'shape', type(b).__name__)}")
+    m_grouped_bf16_gemm_nt_contiguous(a, b.transpose(1, 2), d, grouped_layout, compiled_dims, use_psum_layout,
+                                      ensure_zero_padding)
+
+
+def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,
+                                  expected_m: int, compiled_dims: str = "nk") -> None:
+    """Masked MoE GEMM: d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g]^T for a [G, m_max, k], b [G, n, k] (K-major),
+    d [G, m_max, n] BF16; rows >= masked_m[g] are left untouched. `expected_m` (a typical masked_m) guides the tile
+    choice only; no host sync."""
+    if not isinstance(compiled_dims, str):
+        raise TypeError(f"compiled_dims must be a str, got {type(compiled_dims).__name__}")
+    call(_MASKED, a, b, d, masked_m, expected_m)
+
+
+bf16_m_grouped_gemm_nt_masked = m_grouped_bf16_gemm_nt_masked  # DeepGEMM's alias
 
 
 def _t(t, name: str) -> torch.Tensor:

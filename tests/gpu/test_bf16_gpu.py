@@ -132,3 +132,44 @@ def test_misaligned_operand_is_refused():
     d = torch.empty((64, 64), device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="a's row stride"):
         deep_gemm.bf16_gemm_nt(a, b, d)
+
+
+# ---- MoE: DeepGEMM v2.6.1 tests/test_bf16.py's grouped shapes, through tests/gemm_cases.py's builders and checks
+
+from gemm_cases import build_bf16_contiguous, build_bf16_masked  # noqa: E402
+
+GROUPED_NK = [(6144, 7168), (7168, 3072), (4096, 4096), (4096, 2048)]
+
+
+@pytest.mark.parametrize("groups,m_per_group", [(4, 8192), (8, 4096)])
+@pytest.mark.parametrize("nk", GROUPED_NK, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+@pytest.mark.parametrize("psum", [False, True], ids=["m_indices", "psum"])
+def test_deepgemm_contiguous_shapes(groups, m_per_group, nk, layout, psum):
+    n, k = nk
+    gen = torch.Generator().manual_seed(groups * n + k)
+    # Ragged groups around the mean, as DeepGEMM's generator draws them.
+    sizes = [int(m_per_group * (0.7 + 0.6 * float(torch.rand((), generator=gen)))) for _ in range(groups)]
+    case = build_bf16_contiguous(dict(sizes=sizes, n=n, k=k, layout=layout, psum=psum), torch.device("cuda"), 1)
+    case.run()
+    case.check()
+
+
+@pytest.mark.parametrize("groups,expected_m", [(32, 192), (6, 1024), (32, 20), (6, 20)])
+@pytest.mark.parametrize("nk", [(4096, 7168), (7168, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_deepgemm_masked_shapes(groups, expected_m, nk):
+    n, k = nk
+    gen = torch.Generator().manual_seed(groups + expected_m)
+    masked = [min(4096, int(expected_m * (0.7 + 0.6 * float(torch.rand((), generator=gen))))) for _ in range(groups)]
+    case = build_bf16_masked(dict(masked=masked, m_max=4096, n=n, k=k, expected_m=expected_m), torch.device("cuda"), 2)
+    case.run()
+    case.check()
+
+
+def test_grouped_k_zero_and_empty():
+    """k = 0: masked rows < masked_m become zeros, the others stay; per-row padding and groups become zeros."""
+    a = torch.empty((2, 64, 0), device="cuda", dtype=torch.bfloat16)
+    b = torch.empty((2, 64, 0), device="cuda", dtype=torch.bfloat16)
+    d = torch.full((2, 64, 64), 5.0, device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, torch.tensor([3, 0], dtype=torch.int32, device="cuda"), 2)
+    assert bool((d[0, :3] == 0).all()) and bool((d[0, 3:] == 5).all()) and bool((d[1] == 5).all())

@@ -58,6 +58,11 @@ def test_compile_mode_leaves_out_untouched(spec):
     case.check()
 
 
+def _contiguous_rows(sizes) -> int:
+    """Rows of tests/gemm_cases.py's BF16 contiguous problem: every group's rows padded to 128."""
+    return sum((size + 127) // 128 * 128 for size in sizes)
+
+
 def test_first_calls_after_warmup_compile_nothing(tmp_path, monkeypatch):
     """The SPECS' small problems, first seen in this process with an empty cache and the first-sight precompile on:
     after warmup of their shapes, every kernel comes from the disk cache."""
@@ -74,7 +79,14 @@ def test_first_calls_after_warmup_compile_nothing(tmp_path, monkeypatch):
     summary = deep_gemm.warmup(dense=[(d["n"], d["k"])], contiguous=[(c["n"], c["k"], len(c["sizes"]))],
                                masked=[(mk["n"], mk["k"], mk["groups"], [mk["expected_m"]])],
                                wgrad=[(w["m"], w["n"])], k_grouped=[(kg["m"], kg["n"], len(kg["ks"]))],
-                               bmm=[(bm["n"], bm["k"], bm["batches"], [bm["m"]])], progress=False)
+                               bmm=[(bm["n"], bm["k"], bm["batches"], [bm["m"]])],
+                               bf16=[(small["bf16_gemm_nt"]["m"], small["bf16_gemm_nt"]["n"])],
+                               bf16_contiguous=[(_contiguous_rows(small["m_grouped_bf16_gemm_nt_contiguous"]["sizes"]),
+                                                 small["m_grouped_bf16_gemm_nt_contiguous"]["n"])],
+                               bf16_masked=[(small["m_grouped_bf16_gemm_nt_masked"]["expected_m"],
+                                             small["m_grouped_bf16_gemm_nt_masked"]["n"],
+                                             len(small["m_grouped_bf16_gemm_nt_masked"]["masked"]))],
+                               progress=False)
     assert summary["failures"] == [] and summary["compiled"] == summary["kernels"]
     before = jit.stats()
     for spec in SPECS:

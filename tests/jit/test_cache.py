@@ -1,5 +1,6 @@
 """On-disk kernel cache (deep_gemm/jit/cache.py) and jit.build on top of it (the AOT CLI: tests/test_cli.py)."""
 import functools
+import importlib.util
 import hashlib
 import json
 import os
@@ -629,16 +630,22 @@ def test_a_built_copy_records_its_digests_and_an_install_trusts_them(tmp_path, m
     checkout's); the installed package under test, if it has a record, matches its own files, and then the cache key
     and the group markers use the record (no hashing on a first call)."""
     from deep_gemm.jit import cache as cache_mod, parallel
-    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)], cwd=REPO, check=True,
-                   capture_output=True)
-    copy = tmp_path / "deep_gemm"
-    namespace = {}
-    exec((copy / "_build_info.py").read_text(), namespace)
-    assert namespace["PACKAGE_DIGEST"] == dict(code=_package_digest.code_digest(str(copy)),
-                                               headers=_package_digest.headers_digest(str(copy / "include")))
-    assert "PACKAGE_DIGEST" not in open(os.path.join(REPO, "deep_gemm", "_build_info.py")).read()
-
     installed = _package_digest.recorded()
+    # NOTES: building needs setuptools, which a plain venv holding the installed package (CI) may lack; there the
+    # installed package's own record is what is checked below.
+    can_build = importlib.util.find_spec("setuptools") is not None
+    assert can_build or installed is not None, "neither a build nor an installed package's record to check"
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # not the installed copy
+    if can_build:
+        subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)], cwd=checkout,
+                       check=True, capture_output=True)
+        copy = tmp_path / "deep_gemm"
+        namespace = {}
+        exec((copy / "_build_info.py").read_text(), namespace)
+        assert namespace["PACKAGE_DIGEST"] == dict(code=_package_digest.code_digest(str(copy)),
+                                                   headers=_package_digest.headers_digest(str(copy / "include")))
+        assert "PACKAGE_DIGEST" not in open(os.path.join(checkout, "deep_gemm", "_build_info.py")).read()
+
     package_dir = os.path.dirname(os.path.abspath(deep_gemm.__file__))
     if installed is not None:  # the suite runs against an installed package (CI)
         assert installed == dict(code=_package_digest.code_digest(package_dir),

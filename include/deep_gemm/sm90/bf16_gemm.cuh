@@ -5,6 +5,9 @@
 // nt / nn / tn / tt forms), read by TMA into 128B-swizzled stages that WGMMA reads in either layout. Composed in the
 // sm90 kernel shell (kernel_shell.cuh): BF16 operands (mma.cuh), no promotion (the WGMMAs accumulate into the tile's
 // FP32 registers across K), and a per-warpgroup output tile stored or reduce-added by TMA (epilogue.cuh).
+// The MoE types (GemmType, common/scheduler.cuh) walk the same tiles as the FP8 kernel: contiguous (m_indices or the
+// psum layout) and masked, BF16 D; B holds the experts' [n, k] matrices stacked along n (K-major) or their [k, n]
+// matrices stacked along k (MN-major, DeepGEMM's nn form).
 
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
@@ -27,22 +30,43 @@ constexpr uint32_t bf16_gemm_smem_size() {
     return d + kNumStages * (BLOCK_M + BLOCK_N) * 128 + kNumStages * 2 * 8;
 }
 
-// Config (see kernel_shell.cuh): SHAPE_N, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast, kMulticastOnA, kSwizzleDBytes,
-// kSmemSize, kMNMajorA / kMNMajorB (the operand is [k, m] / [k, n] with unit stride along m / n), kOutputFP32 (D is
-// FP32, else BF16) and kAccumulate (D += A B^T with a TMA reduce-add, else D = A B^T with a TMA store).
-// K is a run-time value (num_k_blocks = ceil(k / 64); TMA reads zeros past k).
+// Rows of a 64-row output tile that a TMA box cannot store as a whole (a group's last, partial block of the masked
+// and psum types, whose rows past the group's end stay untouched): the warpgroup copies the valid rows itself.
+template <uint32_t BLOCK_N, uint32_t kSwizzleBytes>
+__device__ __forceinline__ void copy_valid_rows(const uint8_t* smem_d, uint32_t valid_rows, uint8_t* d,
+                                                uint32_t d_row_stride, uint32_t m_start, uint32_t n_start,
+                                                uint32_t shape_n, uint32_t thread) {
+    BF16Epilogue<64, BLOCK_N, kSwizzleBytes>::copy_rows(smem_d, 0, valid_rows, d, d_row_stride, m_start, n_start,
+                                                         shape_n, thread);
+}
+
+// Config (see kernel_shell.cuh): kGemmType, SHAPE_N, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast, kMulticastOnA,
+// kSwizzleDBytes, kSmemSize, kPsumAlignment (psum layout: the experts' row alignment; else 0), kMNMajorA / kMNMajorB
+// (the operand is [k, m] / [k, n] with unit stride along m / n), kOutputFP32 (D is FP32, else BF16) and kAccumulate
+// (D += A B^T with a TMA reduce-add, else D = A B^T with a TMA store).
+// K is a run-time value (num_k_blocks = ceil(k / 64); TMA reads zeros past k). Grouped launches: A / D hold every
+// expert's rows ([m_sum, *], or [G * m_max, *] for masked: shape_m = m_max), B is [G * n, k] (K-major) or
+// [G * k, n] (MN-major, shape_k = k), `grouped_layout` is m_indices, masked_m or the running row counts, and `d` /
+// `d_row_stride` (elements) address D for the rows a TMA box cannot express.
 template <typename Config>
 __global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
 bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] or, MN-major, [k, m] bf16
                const __grid_constant__ TmaDescriptor tensor_map_b,  // B [n, k] or, MN-major, [k, n] bf16
                const __grid_constant__ TmaDescriptor tensor_map_d,  // D [1, m, n] bf16 or fp32
                const uint32_t shape_m,
-               const uint32_t num_k_blocks) {
+               const uint32_t shape_k,
+               const uint32_t num_k_blocks,
+               const int32_t* __restrict__ grouped_layout,  // grouped only (else unused)
+               const uint32_t num_groups,
+               uint8_t* __restrict__ d,
+               const uint32_t d_row_stride) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape and the composition: BF16 operands, no promotion, per-warpgroup output tiles ----
+    constexpr GemmType kGemmType = Config::kGemmType;
     constexpr uint32_t SHAPE_N = Config::SHAPE_N;
     constexpr uint32_t BLOCK_M = Config::BLOCK_M;
     constexpr uint32_t BLOCK_N = Config::BLOCK_N;
+    constexpr bool kContiguous = kGemmType == GemmType::MGroupedContiguous;
     using Operands = BF16Operands<Config::kMNMajorA, Config::kMNMajorB>;
     using Epilogue =
         WarpgroupTileEpilogue<BLOCK_N, Config::kSwizzleDBytes, Config::kOutputFP32, Config::kAccumulate>;
@@ -59,12 +83,20 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
     DG_STATIC_ASSERT(Config::kSmemSize ==
                          (bf16_gemm_smem_size<BLOCK_M, BLOCK_N, Config::kNumStages, Config::kOutputFP32>()),
                      "host and device disagree on the shared-memory size");
+    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or kContiguous or walks_groups(kGemmType),
+                     "dense, contiguous, psum or masked");
+    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or not (Config::kOutputFP32 or Config::kAccumulate or
+                                                           Config::kMNMajorA or Config::kNumMulticast > 1),
+                     "grouped BF16 GEMMs: K-major A, BF16 D stored, no multicast");
+    DG_STATIC_ASSERT(not kContiguous or BLOCK_M <= 128, "contiguous tiles must not span two 128-row segments");
+    DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
+                     "kPsumAlignment is set exactly for the psum layout");
 
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_d);
-    using Scheduler = typename Shell::template Scheduler<GemmType::Normal, SHAPE_N>;
-    auto make_scheduler = [&] { return Scheduler(shape_m); };
+    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment>;
+    auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
     if (Shell::is_producer()) {
         auto operands = [&](const Tile& tile) {
@@ -72,10 +104,11 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
             ops.map_a = &tensor_map_a;
             ops.map_b = &tensor_map_b;
             ops.m_idx = static_cast<int32_t>(tile.row_base);
-            ops.n_idx = static_cast<int32_t>(tile.n_block * BLOCK_N);
+            ops.n_idx = static_cast<int32_t>((Config::kMNMajorB ? 0 : tile.group * SHAPE_N) + tile.n_block * BLOCK_N);
+            ops.b_k_offset = Config::kMNMajorB ? static_cast<int32_t>(tile.group * shape_k) : 0;
             ops.num_k_blocks = num_k_blocks;
             ops.scale_row = 0;
-            ops.skip = false;
+            ops.skip = kContiguous and tile.skip;
             ops.peer_shares_b = true;
             return ops;
         };
@@ -90,14 +123,51 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
         typename Shell::Stages stages;
         KLoop k_loop{shell, wg, stages, accum};
         while (scheduler.next(tile)) {
-            k_loop.run(num_k_blocks);
+            // Contiguous: the expert of this thread's two rows per sub-tile, loaded before the K loop (its latency
+            // hides there); rows of another expert (padding) are written as zeros, as the FP8 kernel does.
+            int32_t row_expert[kNumSubTiles][2];
+            #pragma unroll
+            for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                #pragma unroll
+                for (uint32_t h = 0; h < 2; ++h)
+                    row_expert[s][h] = kContiguous ? __ldg(grouped_layout + min(tile.row_base + wg.sub_tile_row(s) +
+                                                                                    wg.warp_row + wg.lane_row + h * 8,
+                                                                                shape_m - 1))
+                                                   : 0;
+            if (kContiguous and tile.skip) {
+                #pragma unroll
+                for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        accum[s][i] = 0.0f;
+            } else {
+                k_loop.run(num_k_blocks);
+            }
             // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> BF16 / FP32 smem tile -> TMA ----
             #pragma unroll
             for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                if constexpr (kContiguous) {
+                    const auto group = static_cast<int32_t>(tile.group);
+                    const bool row_ok[2] = {not tile.skip and row_expert[s][0] == group,
+                                            not tile.skip and row_expert[s][1] == group};
+                    #pragma unroll
+                    for (uint32_t i = 0; i < kNumAccum; ++i)
+                        accum[s][i] = row_ok[(i / 2) % 2] ? accum[s][i] : 0.0f;
+                }
+                const uint32_t first_row = wg.sub_tile_row(s);
+                const uint32_t valid_rows = tile.valid_rows > first_row ? tile.valid_rows - first_row : 0;
                 wg.store_tile([&] { Epilogue::write_warp(wg_smem_d, accum[s], wg.warp_row, wg.lane_idx); },
                               [&](bool is_leader) {
+                                  if constexpr (has_group_row_ends(kGemmType)) {
+                                      if (valid_rows < 64) {
+                                          copy_valid_rows<BLOCK_N, Config::kSwizzleDBytes>(
+                                              wg_smem_d, valid_rows, d, d_row_stride, tile.row_base + first_row,
+                                              tile.n_block * BLOCK_N, SHAPE_N, wg.wg_thread);
+                                          return;
+                                      }
+                                  }
                                   if (is_leader) {
-                                      Epilogue::store(&tensor_map_d, wg_smem_d, 0, tile.row_base + wg.sub_tile_row(s),
+                                      Epilogue::store(&tensor_map_d, wg_smem_d, 0, tile.row_base + first_row,
                                                       tile.n_block * BLOCK_N);
                                       tma_store_commit();
                                   }

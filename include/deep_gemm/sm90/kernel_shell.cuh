@@ -44,6 +44,7 @@ struct TileOperands {
     int32_t m_idx;           // A's first row of the tile
     int32_t n_idx;           // B's first row of the tile
     uint32_t num_k_blocks;
+    int32_t b_k_offset = 0;  // added to B's K coordinate (an MN-major B stacking its groups along K)
     uint32_t scale_row;      // the row of the tile's first K block in the kernel's stacked scale tensors
     bool skip;               // the tile takes no stage (contiguous padding)
     bool peer_shares_b;      // with B multicast: the cluster peer needs the same B block (else each loads its own)
@@ -194,13 +195,14 @@ struct KernelShell {
                     const auto k_idx = static_cast<int32_t>(k_block * kStageK);
                     uint8_t* dst_a = smem_a + stages.stage * kSmemABytes;
                     uint8_t* dst_b = smem_b + stages.stage * kSmemBBytes;
+                    const int32_t k_b = k_idx + ops.b_k_offset;
                     Operands::template load_a<kMulticastA, BLOCK_M>(ops.map_a, bar, dst_a, k_idx, ops.m_idx,
                                                                      is_leader, kCacheHint);
                     if (kMulticastB and not ops.peer_shares_b)
-                        Operands::template load_b<false, BLOCK_N>(ops.map_b, bar, dst_b, k_idx, ops.n_idx, is_leader,
+                        Operands::template load_b<false, BLOCK_N>(ops.map_b, bar, dst_b, k_b, ops.n_idx, is_leader,
                                                                   kCacheHint);
                     else
-                        Operands::template load_b<kMulticastB, BLOCK_N>(ops.map_b, bar, dst_b, k_idx, ops.n_idx,
+                        Operands::template load_b<kMulticastB, BLOCK_N>(ops.map_b, bar, dst_b, k_b, ops.n_idx,
                                                                         is_leader, kCacheHint);
                     scales.load(tile, ops.scale_row + k_block, stages.stage, bar);
                     stages.advance();
