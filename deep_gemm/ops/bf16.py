@@ -1,6 +1,7 @@
-"""BF16 GEMMs (DeepGEMM v2 names): dense d = a @ b^T (+ c) with BF16 or FP32 d, and the MoE contiguous (per-row or
-psum layout) and masked GEMMs with BF16 d; BF16 operands, FP32 accumulation."""
-from typing import Optional
+"""BF16 GEMMs (DeepGEMM v2 names): dense d = a @ b^T (+ c) with BF16 or FP32 d, the MoE contiguous (per-row or
+psum layout) and masked GEMMs with BF16 d, and the k-grouped weight gradient; BF16 operands, FP32 accumulation."""
+import numbers
+from typing import Optional, Sequence
 
 import torch
 
@@ -100,6 +101,57 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
 
 
 bf16_m_grouped_gemm_nt_masked = m_grouped_bf16_gemm_nt_masked  # DeepGEMM's alias
+
+
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks_cpu: Sequence[int],
+                                      grouped_layout: torch.Tensor, c: Optional[torch.Tensor] = None,
+                                      compiled_dims: str = "mn", use_psum_layout: bool = False) -> None:
+    """MoE weight gradients: d[g] = a_g^T @ b_g (+ c[g]) for groups stacked along k, a [sum k_g, m] and b [sum k_g, n]
+    contiguous BF16, d [G, m, n] FP32 (or BF16), group g's rows of a and b at offset sum_{j<g} k_j (`ks_cpu`, a host
+    list: no device sync). c: None, d itself, or another tensor of d's dtype and shape (copied first); an empty group
+    gives d[g] = c[g] (or zeros). `grouped_layout` (the ks on the device, [G] int32) is checked but not read; the psum
+    k layout is refused on SM90 (as DeepGEMM). m and n must be multiples of 8 (the groups' K strides).
+    NOTES: one `bf16_gemm_tn` launch per non-empty group (the dense kernel with both operands MN-major and d
+    accumulated), so each distinct k_g is validated and planned once; one launch for all groups is not written yet."""
+    if not isinstance(compiled_dims, str):
+        raise TypeError(f"compiled_dims must be a str, got {type(compiled_dims).__name__}")
+    if use_psum_layout:
+        raise ValueError("use_psum_layout: the psum k-grouped layout needs SM100 (as DeepGEMM); pass ks_cpu")
+    for name, t, dim in (("a", a, 2), ("b", b, 2), ("d", d, 3)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != dim:
+            raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}")
+    if not isinstance(ks_cpu, (list, tuple)) or not ks_cpu:
+        raise TypeError(f"ks_cpu must be a non-empty host list of ints, got {ks_cpu!r}"[:200])
+    for i, k in enumerate(ks_cpu):
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            raise ValueError(f"ks_cpu[{i}] must be an int >= 0, got {k!r}")
+    num_groups, m, n = d.shape
+    if len(ks_cpu) != num_groups:
+        raise ValueError(f"ks_cpu must have one entry per group of d ({num_groups}), got {len(ks_cpu)}")
+    total = sum(int(k) for k in ks_cpu)
+    if tuple(a.shape) != (total, m) or tuple(b.shape) != (total, n):
+        raise ValueError(f"a and b must have shapes ({total}, {m}) and ({total}, {n}) (sum of ks_cpu x m / n), got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    if not (a.is_contiguous() and b.is_contiguous()):
+        raise ValueError("a and b must be contiguous (the groups' rows are read back to back)")
+    if not isinstance(grouped_layout, torch.Tensor) or grouped_layout.dtype != torch.int32 or \
+            tuple(grouped_layout.shape) != (num_groups,):
+        raise ValueError(f"grouped_layout must be an int32 tensor of shape ({num_groups},)")
+    if c is not None and (not isinstance(c, torch.Tensor) or c.dtype != d.dtype or c.shape != d.shape):
+        raise ValueError(f"c must have d's dtype and shape ({d.dtype}, {tuple(d.shape)})")
+    start = 0
+    for g, k in enumerate(int(k) for k in ks_cpu):
+        c_g = None if c is None else c[g]
+        if k == 0:
+            if c_g is None:
+                d[g].zero_()
+            elif c_g.data_ptr() != d[g].data_ptr():
+                d[g].copy_(c_g)
+        else:
+            bf16_gemm_tn(a[start:start + k], b[start:start + k], d[g], c_g, compiled_dims)
+        start += k
 
 
 def _t(t, name: str) -> torch.Tensor:

@@ -145,3 +145,16 @@ def test_first_call_runs_as_a_script_from_outside_the_checkout(tmp_path):
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 2 and "needs a CUDA device" in run.stderr, run.stderr
         assert not (tmp_path / "r.json").exists()
+
+
+def test_bf16_benchmark_rejects_bad_arguments_and_needs_a_gpu():
+    """benchmarks/bf16.py: bad sizes exit 2 with one line; without a GPU it says so and exits 2."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.bf16", "--ms", "0"], capture_output=True, text=True,
+                         cwd=root, timeout=120)
+    assert bad.returncode == 2 and "--ms and --num-tests must be positive" in bad.stderr
+    import torch
+    if not torch.cuda.is_available():
+        run = subprocess.run([sys.executable, "-m", "benchmarks.bf16"], capture_output=True, text=True, cwd=root,
+                             timeout=300)
+        assert run.returncode == 2 and "needs a CUDA device" in run.stderr, run.stderr

@@ -173,3 +173,24 @@ def test_grouped_k_zero_and_empty():
     d = torch.full((2, 64, 64), 5.0, device="cuda", dtype=torch.bfloat16)
     deep_gemm.m_grouped_bf16_gemm_nt_masked(a, b, d, torch.tensor([3, 0], dtype=torch.int32, device="cuda"), 2)
     assert bool((d[0, :3] == 0).all()) and bool((d[0, 3:] == 5).all()) and bool((d[1] == 5).all())
+
+
+@pytest.mark.parametrize("groups,m,n,k_mean", [(4, 4096, 7168, 8192), (8, 7168, 2048, 4096), (16, 4096, 7168, 2048)])
+def test_deepgemm_k_grouped_shapes(groups, m, n, k_mean):
+    """test_bf16's k-grouped shapes, one group empty: d[g] = c[g] + a_g^T b_g, FP32, c = d."""
+    gen = torch.Generator(device="cuda").manual_seed(groups)
+    ks = [k_mean // 128 * 128 for _ in range(groups)]
+    ks[1] = 0
+    a = torch.randn((sum(ks), m), device="cuda", generator=gen).bfloat16()
+    b = torch.randn((sum(ks), n), device="cuda", generator=gen).bfloat16()
+    d = torch.randn((groups, m, n), device="cuda", generator=gen)
+    ref = d.clone()
+    start = 0
+    for g, k in enumerate(ks):
+        ref[g] += a[start:start + k].float().t() @ b[start:start + k].float()
+        start += k
+    layout = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    deep_gemm.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, layout, d)
+    torch.cuda.synchronize()
+    diff = float(calc_diff(d, ref))
+    assert diff < 1e-5, f"k-grouped {groups}x{m}x{n} ks={ks}: calc_diff {diff:.3g}"

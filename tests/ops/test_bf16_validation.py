@@ -50,3 +50,23 @@ def test_operand_layouts_from_strides():
         operand_layout(torch.zeros((64, 100), dtype=BF16), "a", "m")
     with pytest.raises(ValueError, match="b's k stride is 60 elements"):
         operand_layout(torch.zeros((128, 60), dtype=BF16).t(), "b", "n")
+
+
+def test_k_grouped_arguments():
+    a, b = torch.zeros((256, 64), dtype=BF16), torch.zeros((256, 32), dtype=BF16)
+    d, layout = torch.zeros((2, 64, 32)), torch.zeros((2,), dtype=torch.int32)
+    call = deep_gemm.k_grouped_bf16_gemm_tn_contiguous
+    with pytest.raises(ValueError, match="psum k-grouped layout needs SM100"):
+        call(a, b, d, [128, 128], layout, use_psum_layout=True)
+    with pytest.raises(ValueError, match="one entry per group"):
+        call(a, b, d, [256], layout)
+    with pytest.raises(ValueError, match=r"ks_cpu\[1\] must be an int >= 0"):
+        call(a, b, d, [128, -1], layout)
+    with pytest.raises(ValueError, match=r"shapes \(384, 64\)"):
+        call(a, b, d, [128, 256], layout)
+    with pytest.raises(ValueError, match="grouped_layout must be an int32"):
+        call(a, b, d, [128, 128], layout.long())
+    with pytest.raises(ValueError, match="c must have d's dtype"):
+        call(a, b, d, [128, 128], layout, torch.zeros((2, 64, 32), dtype=BF16))
+    with pytest.raises(ValueError, match="a must be a CUDA tensor"):  # reaches the dense GEMM's checks per group
+        call(a, b, d, [128, 128], layout)
