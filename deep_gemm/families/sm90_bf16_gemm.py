@@ -322,6 +322,18 @@ def _grouped_operands(a, b, d, a_dim: int):
     return num_groups, n, k
 
 
+def _grouped_kind(a, b, d, index, index_name: str, rows: int, n: int, k: int, num_groups: int, gemm_type,
+                  psum_alignment: int = 0):
+    """The checks every grouped call shares once its shapes are known: one CUDA device, d overlapping no input, and
+    for a call that launches, the operands' layouts. Returns (device, nothing to do, KernelKind)."""
+    named = list(zip(("a", "b", "d", index_name), (a, b, d, index)))
+    device = checks.check_same_cuda_device(named)
+    checks.check_no_overlap(d, "d", [named[0], named[1], named[3]])
+    nothing = rows == 0 or n == 0 or num_groups == 0
+    mn_major_b = False if nothing or k == 0 else _check_grouped_launch(a, b, d, n, k)
+    return device, nothing, KernelKind(False, mn_major_b, False, False, gemm_type, psum_alignment)
+
+
 def _check_grouped_launch(a, b, d, n: int, k: int) -> bool:
     """Layout checks of a grouped launch; returns whether B is MN-major."""
     operand_layout(checks.rows_view(a, "a"), "a", "m")
@@ -348,12 +360,8 @@ def normalise_contiguous(a, b, d, grouped_layout, use_psum_layout, expected_m, a
     m = a.shape[0]
     checks.check_shape(d, "d", (m, n), "M x n")
     checks.check_index_tensor(grouped_layout, "grouped_layout", (m,), "M (one group id per row)")
-    named = list(zip(("a", "b", "d", "grouped_layout"), (a, b, d, grouped_layout)))
-    device = checks.check_same_cuda_device(named)
-    checks.check_no_overlap(d, "d", [named[0], named[1], named[3]])
-    nothing = m == 0 or n == 0 or num_groups == 0
-    mn_major_b = False if nothing or k == 0 else _check_grouped_launch(a, b, d, n, k)
-    kind = KernelKind(False, mn_major_b, False, False, KernelType.M_GROUPED_CONTIGUOUS)
+    device, nothing, kind = _grouped_kind(a, b, d, grouped_layout, "grouped_layout", m, n, k, num_groups,
+                                          KernelType.M_GROUPED_CONTIGUOUS)
     return _layout(device, m, n, k, kind, (a, b, d, grouped_layout), nothing, num_groups=num_groups)
 
 
@@ -378,12 +386,8 @@ def normalise_psum(a, b, d, grouped_layout, expected_m, alignment) -> BF16Layout
         raise ValueError("the mk alignment for the contiguous layout must be > 0")
     if k == 0:
         raise ValueError("a: the psum layout needs k > 0 (as DeepGEMM)")
-    named = list(zip(("a", "b", "d", "grouped_layout"), (a, b, d, grouped_layout)))
-    device = checks.check_same_cuda_device(named)
-    checks.check_no_overlap(d, "d", [named[0], named[1], named[3]])
-    nothing = m == 0 or n == 0 or num_groups == 0
-    mn_major_b = False if nothing or k == 0 else _check_grouped_launch(a, b, d, n, k)
-    kind = KernelKind(False, mn_major_b, False, False, KernelType.M_GROUPED_PSUM, int(alignment))
+    device, nothing, kind = _grouped_kind(a, b, d, grouped_layout, "grouped_layout", m, n, k, num_groups,
+                                          KernelType.M_GROUPED_PSUM, int(alignment))
     hint = min(max(expected_m or ceil_div(m, max(num_groups, 1)), 1), max(m, 1))
     return _layout(device, m, n, k, kind, (a, b, d, grouped_layout), nothing, num_groups=num_groups, hint_m=hint)
 
@@ -398,12 +402,8 @@ def normalise_masked(a, b, d, masked_m, expected_m) -> BF16Layout:
     checks.check_shape(d, "d", (num_groups, m_max, n), "G x m_max x n")
     checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
     expected_m = _host_int(expected_m, "expected_m")
-    named = list(zip(("a", "b", "d", "masked_m"), (a, b, d, masked_m)))
-    device = checks.check_same_cuda_device(named)
-    checks.check_no_overlap(d, "d", [named[0], named[1], named[3]])
-    nothing = m_max == 0 or n == 0 or num_groups == 0
-    mn_major_b = False if nothing or k == 0 else _check_grouped_launch(a, b, d, n, k)
-    kind = KernelKind(False, mn_major_b, False, False, KernelType.M_GROUPED_MASKED)
+    device, nothing, kind = _grouped_kind(a, b, d, masked_m, "masked_m", m_max, n, k, num_groups,
+                                          KernelType.M_GROUPED_MASKED)
     hint = min(max(expected_m, 1), max(m_max, 1))
     return _layout(device, m_max, n, k, kind, (a, b, d, masked_m), nothing, num_groups=num_groups,
                    rows=num_groups * m_max, hint_m=hint)
