@@ -1,5 +1,6 @@
 """Input validation and TMA operand geometry shared by the kernel families (not a family itself): every failure names
 the argument and what was expected."""
+import numbers
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -140,3 +141,19 @@ def tma_ready_scales(sa: torch.Tensor, sb: torch.Tensor, sa_ready: bool, sb_cont
     if not (sa_ready and sa.data_ptr() % 16 == 0):
         sa = get_col_major_tma_aligned_tensor(sa)
     return sa, sb if sb_contiguous else sb.contiguous()
+
+
+def host_int(value, name: str) -> int:
+    """A host int argument >= 0 (bools refused), e.g. expected_m."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+def zero_masked_rows(out: torch.Tensor, masked_m: torch.Tensor) -> None:
+    """The masked layout's k = 0 result: rows < masked_m[g] of each group of out [G, m_max, n] become zeros, the
+    others stay as they are (device-side, no host sync)."""
+    rows = torch.arange(out.shape[1], device=out.device).view(1, -1, 1)
+    out.masked_fill_(rows < masked_m.view(-1, 1, 1), 0)

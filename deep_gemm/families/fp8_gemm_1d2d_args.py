@@ -71,10 +71,7 @@ class GemmLayout:
             out.zero_()
             return None
         if self.action == "zero_masked":
-            num_groups, m_max, _ = out.shape
-            rows = torch.arange(m_max, device=self.device).view(1, m_max, 1)
-            zero = torch.zeros((), dtype=out.dtype, device=self.device)
-            out.copy_(torch.where(rows < index.view(num_groups, 1, 1), zero, out))
+            checks.zero_masked_rows(out, index)
             return None
         if self.kind == KernelType.BATCHED:  # the kernel gathers SA as it is
             sa_k, sb_k = sa, sb if self.sb_contiguous else sb.contiguous()
@@ -214,10 +211,7 @@ def normalise_masked(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     checks.check_shape(out, "out", (num_groups, m_max, n), "G x m_max x n")
     checks.check_shape(sa, "lhs[1] (SA)", (num_groups, m_max, ceil_div(k, 128)), "G x m_max x ceil(k/128)")
     checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
-    if isinstance(expected_m, bool) or not isinstance(expected_m, numbers.Integral):
-        raise TypeError(f"expected_m must be an int, got {type(expected_m).__name__}")
-    if expected_m < 0:
-        raise ValueError(f"expected_m must be >= 0, got {expected_m}")
+    expected_m = checks.host_int(expected_m, "expected_m")
     named = list(zip(_NAMES_1D2D + ("masked_m",), (a, sa, b, sb, out, masked_m)))
     device = checks.check_same_cuda_device(named)
     kind = KernelType.M_GROUPED_MASKED

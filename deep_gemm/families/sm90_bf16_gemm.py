@@ -4,7 +4,6 @@ call's arguments into a layout, the kernel configuration, and the `_C` plan.
 
 An operand's layout comes from its strides, as in DeepGEMM: A [m, k] with unit stride along k is K-major, with unit
 stride along m MN-major (a transposed view: the nn / tn / tt forms only transpose views); likewise B [n, k]."""
-import numbers
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
@@ -213,7 +212,7 @@ class BF16Layout:
             return noop_plan(self.device.index, len(tensors), self.extents, outputs)
         if self.zero_k:
             if self.kind.gemm_type == KernelType.M_GROUPED_MASKED:
-                _zero_masked_rows(d, rest[0])
+                checks.zero_masked_rows(d, rest[0])
             elif not self.kind.accumulate:
                 d.zero_()
             return None
@@ -256,12 +255,6 @@ class BF16Layout:
         d_stride = d2.stride(0) if rows > 1 else ceil_div(self.n, 8) * 8
         return Operands(self.m, self.n, self.k, self.kind, a_stride, b_stride, d_stride, rows, b_rows,
                         self.num_groups, self.hint_m)
-
-
-def _zero_masked_rows(d: torch.Tensor, masked_m: torch.Tensor) -> None:
-    """k = 0 in the masked layout: rows < masked_m[g] of each group become zeros, the others stay (no host sync)."""
-    rows = torch.arange(d.shape[1], device=d.device).view(1, -1, 1)
-    d.masked_fill_(rows < masked_m.view(-1, 1, 1), 0)
 
 
 def _check_d(d, n: int, name: str = "d") -> None:
@@ -365,14 +358,6 @@ def normalise_contiguous(a, b, d, grouped_layout, use_psum_layout, expected_m, a
     return _layout(device, m, n, k, kind, (a, b, d, grouped_layout), nothing, num_groups=num_groups)
 
 
-def _host_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
-
-
 def normalise_psum(a, b, d, grouped_layout, expected_m, alignment) -> BF16Layout:
     """Every layout check of `m_grouped_bf16_gemm_nt_contiguous(..., use_psum_layout=True)`: grouped_layout [G] int32
     holds the running row count at the end of each group; group g's rows are [align(end[g - 1], alignment),
@@ -381,8 +366,8 @@ def normalise_psum(a, b, d, grouped_layout, expected_m, alignment) -> BF16Layout
     m = a.shape[0]
     checks.check_shape(d, "d", (m, n), "M x n")
     checks.check_index_tensor(grouped_layout, "grouped_layout", (num_groups,), "G (psum layout)")
-    expected_m = _host_int(expected_m, "expected_m_for_psum_layout")
-    if _host_int(alignment, "the mk alignment") == 0:
+    expected_m = checks.host_int(expected_m, "expected_m_for_psum_layout")
+    if checks.host_int(alignment, "the mk alignment") == 0:
         raise ValueError("the mk alignment for the contiguous layout must be > 0")
     if k == 0:
         raise ValueError("a: the psum layout needs k > 0 (as DeepGEMM)")
@@ -401,7 +386,7 @@ def normalise_masked(a, b, d, masked_m, expected_m) -> BF16Layout:
         raise ValueError(f"a has {g_a} groups but b has {num_groups}")
     checks.check_shape(d, "d", (num_groups, m_max, n), "G x m_max x n")
     checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
-    expected_m = _host_int(expected_m, "expected_m")
+    expected_m = checks.host_int(expected_m, "expected_m")
     device, nothing, kind = _grouped_kind(a, b, d, masked_m, "masked_m", m_max, n, k, num_groups,
                                           KernelType.M_GROUPED_MASKED)
     hint = min(max(expected_m, 1), max(m_max, 1))

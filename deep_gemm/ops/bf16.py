@@ -122,6 +122,10 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != dim:
             raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}")
+    for name, t, dtypes in (("a", a, (torch.bfloat16,)), ("b", b, (torch.bfloat16,)),
+                            ("d", d, (torch.float32, torch.bfloat16))):
+        if t.dtype not in dtypes:
+            raise TypeError(f"{name} must have dtype {' or '.join(map(str, dtypes))}, got {t.dtype}")
     if not isinstance(ks_cpu, (list, tuple)) or not ks_cpu:
         raise TypeError(f"ks_cpu must be a non-empty host list of ints, got {ks_cpu!r}"[:200])
     for i, k in enumerate(ks_cpu):

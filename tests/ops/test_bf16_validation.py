@@ -68,5 +68,7 @@ def test_k_grouped_arguments():
         call(a, b, d, [128, 128], layout.long())
     with pytest.raises(ValueError, match="c must have d's dtype"):
         call(a, b, d, [128, 128], layout, torch.zeros((2, 64, 32), dtype=BF16))
+    with pytest.raises(TypeError, match="a must have dtype torch.bfloat16"):  # checked even when every group is empty
+        call(a.half(), b, d, [256, 0], layout)
     with pytest.raises(ValueError, match="a must be a CUDA tensor"):  # reaches the dense GEMM's checks per group
         call(a, b, d, [128, 128], layout)

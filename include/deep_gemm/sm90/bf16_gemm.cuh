@@ -30,16 +30,6 @@ constexpr uint32_t bf16_gemm_smem_size() {
     return d + kNumStages * (BLOCK_M + BLOCK_N) * 128 + kNumStages * 2 * 8;
 }
 
-// Rows of a 64-row output tile that a TMA box cannot store as a whole (a group's last, partial block of the masked
-// and psum types, whose rows past the group's end stay untouched): the warpgroup copies the valid rows itself.
-template <uint32_t BLOCK_N, uint32_t kSwizzleBytes>
-__device__ __forceinline__ void copy_valid_rows(const uint8_t* smem_d, uint32_t valid_rows, uint8_t* d,
-                                                uint32_t d_row_stride, uint32_t m_start, uint32_t n_start,
-                                                uint32_t shape_n, uint32_t thread) {
-    BF16Epilogue<64, BLOCK_N, kSwizzleBytes>::copy_rows(smem_d, 0, valid_rows, d, d_row_stride, m_start, n_start,
-                                                         shape_n, thread);
-}
-
 // Config (see kernel_shell.cuh): kGemmType, SHAPE_N, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast, kMulticastOnA,
 // kSwizzleDBytes, kSmemSize, kPsumAlignment (psum layout: the experts' row alignment; else 0), kMNMajorA / kMNMajorB
 // (the operand is [k, m] / [k, n] with unit stride along m / n), kOutputFP32 (D is FP32, else BF16) and kAccumulate
@@ -159,9 +149,11 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
                 wg.store_tile([&] { Epilogue::write_warp(wg_smem_d, accum[s], wg.warp_row, wg.lane_idx); },
                               [&](bool is_leader) {
                                   if constexpr (has_group_row_ends(kGemmType)) {
+                                      // A group's last, partial block: its rows past the group's end
+                                      // stay untouched, which a TMA box cannot express.
                                       if (valid_rows < 64) {
-                                          copy_valid_rows<BLOCK_N, Config::kSwizzleDBytes>(
-                                              wg_smem_d, valid_rows, d, d_row_stride, tile.row_base + first_row,
+                                          BF16Epilogue<64, BLOCK_N, Config::kSwizzleDBytes>::copy_rows(
+                                              wg_smem_d, 0, valid_rows, d, d_row_stride, tile.row_base + first_row,
                                               tile.n_block * BLOCK_N, SHAPE_N, wg.wg_thread);
                                           return;
                                       }

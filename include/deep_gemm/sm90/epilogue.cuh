@@ -122,26 +122,16 @@ struct BF16Epilogue {
     }
 };
 
-// FP32 accumulate epilogue: one 64-row WGMMA accumulator -> a swizzled shared-memory tile of kSwizzleBytes-wide
-// column atoms ([64 rows][S bytes] each, S / 4 floats) -> TMA reduce-add into D (3-D map [groups, m, n], box
-// S / 4 x 64 x 1), so that every element of D is read and written once, in L2, with one FP32 add.
+// One warp's 16 x BLOCK_N slice of a 64-row FP32 accumulator into a shared-memory tile of kSwizzleBytes-wide column
+// atoms ([64 rows][S bytes] each, S / 4 floats, 16-byte chunks swizzled as TMA's S-byte mode expects); accumulator
+// layout as in BF16Epilogue.
 template <uint32_t BLOCK_N, uint32_t kSwizzleBytes>
-struct FP32AccumulateEpilogue {
+struct FP32WarpTile {
     DG_STATIC_ASSERT(kSwizzleBytes == 32 or kSwizzleBytes == 64 or kSwizzleBytes == 128,
                      "FP32 D swizzle must be 32, 64 or 128 bytes");
     DG_STATIC_ASSERT((BLOCK_N * 4) % kSwizzleBytes == 0, "the D swizzle width must divide one FP32 row of the tile");
-    static constexpr uint32_t kNumAtoms = BLOCK_N * 4 / kSwizzleBytes;
     static constexpr uint32_t kAtomBytes = 64 * kSwizzleBytes;
-    static constexpr uint32_t kSmemBytes = 64 * BLOCK_N * 4;  // per 64-row accumulator
 
-    // The shell's D region (KernelShell): one 64-row tile per math warpgroup (a 256-row tile's second sub-tile reuses
-    // it once the first has been stored).
-    template <uint32_t kNumMathWGs>
-    static constexpr uint32_t smem_d_bytes() {
-        return align_up<uint32_t>(kNumMathWGs * kSmemBytes, 1024);
-    }
-
-    // Write one warp's 16 x BLOCK_N slice (accumulator layout as in BF16Epilogue); `row0` = its first row.
     __device__ __forceinline__ static void write_warp(uint8_t* smem_d, const float* acc, uint32_t row0,
                                                       uint32_t lane) {
         const uint32_t row = row0 + lane / 4;
@@ -154,25 +144,13 @@ struct FP32AccumulateEpilogue {
                          acc[c * 4 + 2], acc[c * 4 + 3]);
         }
     }
-
-    // Add the 64-row tile into D at (group, m_start, n_start) (one thread; the caller fenced and synchronised the
-    // writers, and commits the bulk group).
-    __device__ __forceinline__ static void reduce_rows(const TmaDescriptor* tensor_map_d, const uint8_t* smem_d,
-                                                       uint32_t group, uint32_t m_start, uint32_t n_start) {
-        #pragma unroll
-        for (uint32_t atom = 0; atom < kNumAtoms; ++atom) {
-            tma_reduce_add_3d(tensor_map_d, smem_d + atom * kAtomBytes,
-                              static_cast<int32_t>(n_start + atom * kSwizzleBytes / 4), static_cast<int32_t>(m_start),
-                              static_cast<int32_t>(group));
-        }
-    }
 };
 
 // Per-warpgroup output tile: one 64-row shared-memory tile per math warpgroup (a 256-row tile's second sub-tile
-// reuses it once the first is stored) of BF16 (BF16Epilogue's swizzled layout, stmatrix) or FP32
-// (FP32AccumulateEpilogue's) elements, then one TMA store, or with kAdd one TMA reduce-add (D += tile, in L2, in
-// D's element type), per kSwizzleBytes-wide column atom into a 3-D map [groups, m, n] with box
-// (kSwizzleBytes / element bytes) x 64 x 1.
+// reuses it once the first is stored) of BF16 (BF16Epilogue's swizzled layout, stmatrix) or FP32 (FP32WarpTile)
+// elements, then one TMA store, or with kAdd one TMA reduce-add (D += tile, in L2, in D's element type: every element
+// of D is read and written once), per kSwizzleBytes-wide column atom into a 3-D map [groups, m, n] with box
+// (kSwizzleBytes / element bytes) x 64 x 1. The BF16 GEMM (bf16_gemm.cuh) and the FP8 weight gradient (FP32, kAdd).
 template <uint32_t BLOCK_N, uint32_t kSwizzleBytes, bool kFP32, bool kAdd>
 struct WarpgroupTileEpilogue {
     DG_STATIC_ASSERT(kSwizzleBytes == 32 or kSwizzleBytes == 64 or kSwizzleBytes == 128,
@@ -193,7 +171,7 @@ struct WarpgroupTileEpilogue {
     __device__ __forceinline__ static void write_warp(uint8_t* smem_d, const float* acc, uint32_t row0,
                                                       uint32_t lane) {
         if constexpr (kFP32)
-            FP32AccumulateEpilogue<BLOCK_N, kSwizzleBytes>::write_warp(smem_d, acc, row0, lane);
+            FP32WarpTile<BLOCK_N, kSwizzleBytes>::write_warp(smem_d, acc, row0, lane);
         else
             BF16Epilogue<64, BLOCK_N, kSwizzleBytes>::write_warp(smem_d, acc, row0, lane);
     }

@@ -65,7 +65,7 @@ fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Co
     constexpr uint32_t kNumStages = Config::kNumStages;
     constexpr uint32_t kMaxGroups = Config::kMaxGroups;
     using Promotion = FP8RowColPromotion<Config>;
-    using Epilogue = FP32AccumulateEpilogue<BLOCK_N, Config::kSwizzleDBytes>;
+    using Epilogue = WarpgroupTileEpilogue<BLOCK_N, Config::kSwizzleDBytes, true, true>;  // FP32, reduce-add
     using Shell = KernelShell<Config, FP8E4M3Operands, Promotion, Epilogue>;
     using KLoop = RowColKLoop<Shell, Promotion>;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
@@ -135,8 +135,8 @@ fp8_wgrad_gemm_1d1d_impl(const __grid_constant__ WgradGroups<wgrad_max_groups<Co
                 wg.store_tile([&] { Epilogue::write_warp(wg_smem_d, final_accum[s], wg.warp_row, wg.lane_idx); },
                               [&](bool is_leader) {
                                   if (is_leader) {
-                                      Epilogue::reduce_rows(&tensor_map_d, wg_smem_d, tile.group,
-                                                            tile.row_base + wg.sub_tile_row(s), tile.n_block * BLOCK_N);
+                                      Epilogue::store(&tensor_map_d, wg_smem_d, tile.group,
+                                                      tile.row_base + wg.sub_tile_row(s), tile.n_block * BLOCK_N);
                                       tma_store_commit();
                                   }
                               });
