@@ -22,11 +22,13 @@ _C = load_c()  # a missing or broken _C raises ImportError saying why (e.g. an u
 
 from . import device
 from .families import sf_layout, sm90_bf16_gemm, sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d, sm100_fp8_gemm_1d2d
+from .families import sm90_tf32_hc_prenorm
 from .families.variant import ANY_ARCH, Family, Variant
 from .heuristics import common as heuristics_common
 from .jit.runtime import CUDADriverError
 
-__all__ = ["Op", "FAMILIES", "VARIANTS", "families_of", "variants_on", "get_launch_path", "stats", "clear_plans",
+__all__ = ["Op", "FAMILIES", "VARIANTS", "families_of", "variants_on", "k_split_count", "get_launch_path", "stats",
+           "clear_plans",
            "forced_config", "set_compile_mode", "get_compile_mode"]
 
 # The registry: one line per kernel family (deep_gemm/families/). The `Op` numbers, the argument signatures `_C`
@@ -37,6 +39,7 @@ FAMILIES: Tuple[Family, ...] = (
     sm100_fp8_gemm_1d2d.FAMILY,
     sf_layout.FAMILY,
     sm90_bf16_gemm.FAMILY,
+    sm90_tf32_hc_prenorm.FAMILY,
 )
 
 
@@ -115,6 +118,15 @@ def _slow_path(op: int, args: tuple, key: Optional[tuple]):
         return layout.run(*args)
     with torch.cuda.device(layout.device):
         return layout.run(*args)
+
+
+def k_split_count(m: int, n: int, batches: int, k: int, device_index: int) -> int:
+    """How many K splits the einsum variant's family takes for this shape on this device: the length of the
+    partial-sum buffer `einsum("bmk,bnk->mn")` allocates (deep_gemm/ops/einsum.py)."""
+    arch = device.get_device_arch(device_index)
+    if families_of("einsum", arch) != (sm90_bf16_gemm.FAMILY,):
+        raise NotImplementedError(f"einsum has no kernel for {arch} yet (device {device_index})")
+    return sm90_bf16_gemm.k_split_count(m, n, batches, k, device_index)
 
 
 def get_launch_path() -> str:

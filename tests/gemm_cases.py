@@ -782,6 +782,94 @@ def build_bf16_masked(p: dict, device, seed: int) -> Case:
                 dict(ref=ref, result=result, written=written))
 
 
+# ---- einsum (bmk,bnk->mn / bhr,hdr->bhd / bhd,hdr->bhr) and tf32_hc_prenorm_gemm
+
+EINSUM_EXPRS = {"bmk": "bmk,bnk->mn", "bhr": "bhr,hdr->bhd", "bhd": "bhd,hdr->bhr"}
+
+
+def sample_einsum(rng: random.Random) -> dict:
+    form = rng.choice(sorted(EINSUM_EXPRS))
+    if form == "bmk":
+        m, n, k = 8 * rng.randint(1, 48), 8 * rng.randint(1, 48), 8 * rng.randint(1, 64)
+        return dict(form=form, batches=rng.choice([1, 2, 3, 17, 129, 1000]), m=m, n=n, k=k,
+                    out=rng.choice(["bf16", "fp32"]))
+    n, k = 8 * rng.randint(1, 160), 64 * rng.randint(1, 32)
+    heads = rng.choice([1, 2, 3, 8, 16, 128])
+    return dict(form=form, batches=heads, m=_cap_rows(draw_rows(rng, 8192), heads * n * k, heads * k), n=n, k=k,
+                out="bf16")
+
+
+def build_einsum(p: dict, device, seed: int) -> Case:
+    """p: form (bmk: d[m, n] = sum_s a[s] b[s]^T over `batches`; bhr / bhd: one GEMM per head of `batches` heads,
+    m rows, n output columns, k contracted), m, n, k, out (bmk: bf16, or fp32 accumulated into d)."""
+    form, batches, m, n, k = p["form"], p["batches"], p["m"], p["n"], p["k"]
+    gen = _gen(device, seed)
+    expr = EINSUM_EXPRS[form]
+    if form == "bmk":
+        a = torch.randn((batches, m, k), device=device, generator=gen).to(torch.bfloat16)
+        b = torch.randn((batches, n, k), device=device, generator=gen).to(torch.bfloat16)
+        ref = torch.zeros((m, n), device=device)
+        for s in range(0, batches, 256):
+            ref += torch.bmm(a[s:s + 256].float(), b[s:s + 256].float().mT).sum(0)
+        out_dtype = torch.float32 if p["out"] == "fp32" else torch.bfloat16
+        g = Guarded((m, n), out_dtype, device)
+        args = (expr, a, b, g.out, None)
+        if out_dtype == torch.float32:
+            init = torch.randn((m, n), device=device, generator=gen)
+            g.set_initial(init)
+            ref += init
+            args = args[:4] + (g.out,)
+    else:
+        x = torch.randn((m, batches, k), device=device, generator=gen).to(torch.bfloat16)
+        if form == "bhr":   # y [h, n, k]: a slice of wider rows, as DeepGEMM's test
+            y = torch.randn((batches, n, k + 64), device=device, generator=gen).to(torch.bfloat16)[:, :, :k]
+        else:               # y [h, k, n]
+            y = torch.randn((batches, k, n + 64), device=device, generator=gen).to(torch.bfloat16)[:, :, :n]
+        ref = torch.einsum(expr, x.float(), y.float())
+        g = Guarded((m, batches, n), torch.bfloat16, device)
+        args = (expr, x, y, g.out, None)
+
+    def checker(case: Case) -> None:
+        _assert_close([(case.out, ref, None)], case.desc)
+
+    return Case("einsum", f"einsum {expr} batches={batches} m={m} n={n} k={k} d {p['out']}", args, g, checker,
+                dict(ref=ref, result=ref))
+
+
+def sample_hc_prenorm(rng: random.Random) -> dict:
+    return dict(m=draw_rows(rng, 8192), n=rng.choice([4, 8, 16, 24, 28, 32]), k=8 * rng.randint(1, 4096),
+                splits=rng.choice([0, 0, 1, 3, 16]))
+
+
+def build_hc_prenorm(p: dict, device, seed: int) -> Case:
+    """p: m, n, k, splits (0: num_splits=None)."""
+    m, n, k, splits = p["m"], p["n"], p["k"], p["splits"]
+    gen = _gen(device, seed)
+    a = torch.randn((m, k), device=device, generator=gen).to(torch.bfloat16)
+    b = torch.randn((n, k), device=device, generator=gen)
+    # The TF32 product the tensor cores form: B's low 13 mantissa bits dropped, A exact, FP32 sums.
+    b_tf32 = (b.view(torch.int32) & ~0x1FFF).view(torch.float32)
+    ref = a.float() @ b_tf32.T
+    ref_sqr = a.float().square().sum(-1)
+    lead = (splits,) if splits else ()
+    g = Guarded(lead + (m, n), torch.float32, device)
+    sqr_sum = torch.full(lead + (m,), float("nan"), device=device)
+
+    def checker(case: Case) -> None:
+        d, sq = (case.out, sqr_sum) if not splits else (case.out.sum(0), sqr_sum.sum(0))
+        _assert_close([(d, ref, None)], case.desc)
+        _assert_close([(sq, ref_sqr, None)], case.desc + " (sqr_sum)")
+
+    def simulate() -> None:  # what a right kernel writes: the whole result in the first split, zeros in the others
+        first = (g.out, sqr_sum) if not splits else (g.out[0], sqr_sum[0])
+        if splits:
+            g.out.zero_(), sqr_sum.zero_()
+        first[0].copy_(ref), first[1].copy_(ref_sqr)
+
+    return Case("tf32_hc_prenorm_gemm", f"tf32 hc prenorm m={m} n={n} k={k} splits={splits}",
+                (a, b, g.out, sqr_sum, splits or None), g, checker, dict(ref=ref, simulate=simulate))
+
+
 # ---------------------------------------------------------------- registry
 
 @dataclass(frozen=True)
@@ -836,6 +924,23 @@ SPECS: List[GemmSpec] = [
                          ValueError, "masked_m", True),
                         ("bf16-masked-expected-m", lambda d: d.__setitem__("expected_m", 1.5), TypeError,
                          "expected_m", True)),
+             operator=False),
+]
+SPECS += [
+    GemmSpec("einsum", sample_einsum, build_einsum, dict(form="bhd", batches=3, m=17, n=200, k=128, out="bf16"), 2,
+             arg_names=("expr", "a", "b", "out", "c"),
+             malformed=(("einsum-expr", lambda d: d.__setitem__("expr", "bhr,hdr->bdh"), ValueError, "expr", True),
+                        ("einsum-a-fp16", lambda d: d.__setitem__("a", d["a"].half()), TypeError, "a", True),
+                        ("einsum-b-heads", lambda d: d.__setitem__("b", d["b"][:-1]), ValueError, "b", True),
+                        ("einsum-c-per-head", lambda d: d.__setitem__("c", d["out"]), ValueError, "c", True)),
+             operator=False),
+    GemmSpec("tf32_hc_prenorm_gemm", sample_hc_prenorm, build_hc_prenorm, dict(m=137, n=24, k=1000, splits=3), 2,
+             arg_names=("a", "b", "out", "sqr_sum", "num_splits"),
+             malformed=(("hc-b-bf16", lambda d: d.__setitem__("b", d["b"].bfloat16()), TypeError, "b", True),
+                        ("hc-n-too-wide", lambda d: d.update(b=d["b"].repeat(2, 1)), ValueError, "b", True),
+                        ("hc-sqr-shape", lambda d: d.__setitem__("sqr_sum", d["sqr_sum"][:, :-1]), ValueError,
+                         "sqr_sum", True),
+                        ("hc-splits", lambda d: d.__setitem__("num_splits", 0), ValueError, "num_splits", True)),
              operator=False),
 ]
 SPEC_BY_NAME = {s.name: s for s in SPECS}

@@ -11,7 +11,9 @@ from gemm_cases import SPECS
 def _simulate(case) -> None:
     """Write what a correct kernel writes: the reference, rounded to the output's type (accumulated for FP32)."""
     ref = case.extra["ref"]
-    if "result" in case.extra:  # the expected output (with any accumulation input added), where it is written
+    if "simulate" in case.extra:  # a builder's own simulation (outputs besides `out`, split partial sums)
+        case.extra["simulate"]()
+    elif "result" in case.extra:  # the expected output (with any accumulation input added), where it is written
         written = case.extra.get("written")
         if written is None:
             case.out.copy_(case.extra["result"].to(case.out.dtype))

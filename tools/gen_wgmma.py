@@ -1,8 +1,9 @@
-"""Generate include/deep_gemm/sm90/wgmma_{e4m3,bf16}.cuh: one inline-asm wrapper per WGMMA width N.
+"""Generate include/deep_gemm/sm90/wgmma_{e4m3,bf16,tf32}.cuh: one inline-asm wrapper per WGMMA width N.
 
 `wgmma.mma_async.sync.aligned.m64n{N}k32.f32.e4m3.e4m3` (and `...k16.f32.bf16.bf16`) takes its N / 2 FP32
 accumulators per thread as separate register operands, and inline asm cannot build an operand list from a template
-parameter, so every N (multiples of 8 up to 256) gets its own specialisation, written out here.
+parameter, so every N (multiples of 8 up to 256) gets its own specialisation, written out here. The TF32 form (A
+from registers, `...k8.f32.tf32.tf32`) only exists for the narrow N of its one user (N <= 32).
 
 Usage: python tools/gen_wgmma.py            # rewrite the header
        python tools/gen_wgmma.py --check    # exit 1 if the committed header differs from this script's output
@@ -44,6 +45,15 @@ template <uint32_t N, bool kTransA, bool kTransB>
 struct WGMMABF16;
 """
 
+TF32_DECLARATION = """
+// D[64 x N] (+)= A[64 x 8] * B[N x 8]^T, tf32 x tf32 -> FP32, one warpgroup: A from registers (this thread's four
+// FP32 values in the WGMMA fragment order: rows r and r + 8, columns c and c + 4), B through a shared-memory matrix
+// descriptor (K-major). Otherwise as WGMMAE4M3 (wgmma_e4m3.cuh). Tensor cores read the top 19 bits of each value.
+template <uint32_t N>
+struct WGMMATF32RegA;
+"""
+TF32_WIDTHS = range(8, 33, 8)
+
 EPILOGUE = """
 }  // namespace deep_gemm::sm90
 """
@@ -59,6 +69,37 @@ def _wrap(items, indent: int) -> str:
             candidate = item
         line = candidate
     return ("\n" + " " * indent).join(lines + [line])
+
+
+def tf32_specialisation(n: int) -> str:
+    num_accum = n // 2
+    regs = [f"%{i}" for i in range(num_accum)]
+    a_regs = ", ".join(f"%{num_accum + i}" for i in range(4))
+    desc_b, scale_d = num_accum + 4, num_accum + 5
+    reg_lines = [" ".join(f"{r}," for r in regs[i:i + PER_LINE]) for i in range(0, num_accum, PER_LINE)]
+    reg_lines[-1] = reg_lines[-1].rstrip(",")
+    asm_regs = "\n".join(f'            "{line} "' for line in reg_lines)
+    outputs = _wrap([f'"+f"(d[{i}])' for i in range(num_accum)], 14)
+    # NOTES: the A registers are .b32 operands (ptxas rejects .f32 registers there).
+    inputs = ('"r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),\n'
+              '              "r"(__float_as_uint(a[3])), "l"(desc_b), "r"(static_cast<uint32_t>(scale_d))')
+    return f"""
+template <>
+struct WGMMATF32RegA<{n}> {{
+    __device__ __forceinline__ static void mma(const float* a, uint64_t desc_b, float* d, bool scale_d) {{
+        asm volatile(
+            "{{\\n"
+            ".reg .pred p;\\n"
+            "setp.ne.b32 p, %{scale_d}, 0;\\n"
+            "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{"
+{asm_regs}
+            "}}, {{{a_regs}}}, %{desc_b}, p, 1, 1;\\n"
+            "}}\\n"
+            : {outputs}
+            : {inputs});
+    }}
+}};
+"""
 
 
 def specialisation(n: int, bf16: bool) -> str:
@@ -98,9 +139,12 @@ def specialisation(n: int, bf16: bool) -> str:
 
 # header file name -> its text
 def render() -> dict:
-    return {name: PROLOGUE + declaration + "".join(specialisation(n, bf16) for n in WIDTHS) + EPILOGUE
-            for name, declaration, bf16 in (("wgmma_e4m3.cuh", E4M3_DECLARATION, False),
-                                            ("wgmma_bf16.cuh", BF16_DECLARATION, True))}
+    headers = {name: PROLOGUE + declaration + "".join(specialisation(n, bf16) for n in WIDTHS) + EPILOGUE
+               for name, declaration, bf16 in (("wgmma_e4m3.cuh", E4M3_DECLARATION, False),
+                                               ("wgmma_bf16.cuh", BF16_DECLARATION, True))}
+    headers["wgmma_tf32.cuh"] = (PROLOGUE + TF32_DECLARATION + "".join(tf32_specialisation(n) for n in TF32_WIDTHS)
+                                 + EPILOGUE)
+    return headers
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 """Kernel family of include/deep_gemm/sm90/bf16_gemm.cuh (BF16 GEMMs: dense D = A B^T or D += A B^T with each operand
-K-major or MN-major and a BF16 or FP32 D; the MoE contiguous, psum and masked layouts with BF16 D): validation of a
-call's arguments into a layout, the kernel configuration, and the `_C` plan.
+K-major or MN-major and a BF16 or FP32 D; the MoE contiguous, psum and masked layouts with BF16 D; the batched forms
+of the einsums: per-head GEMMs and K splits of a sum over batches): validation of a call's arguments into a layout,
+the kernel configuration, and the `_C` plan.
 
 An operand's layout comes from its strides, as in DeepGEMM: A [m, k] with unit stride along k is K-major, with unit
 stride along m MN-major (a transposed view: the nn / tn / tt forms only transpose views); likewise B [n, k]."""
@@ -13,7 +14,7 @@ from .. import jit, log
 from ..device import get_device_arch, get_num_sms
 from ..envs import read_env
 from ..heuristics.common import GemmConfig, KernelType, ceil_div, get_forced_config
-from ..heuristics.sm90_bf16 import BLOCK_K, get_bf16_config
+from ..heuristics.sm90_bf16 import BLOCK_K, get_bf16_config, get_bf16_ksplit_config
 from ..jit.runtime import ensure_context
 from . import checks
 from .fp8_gemm_1d2d_args import GEMM_TYPES
@@ -23,10 +24,12 @@ from .variant import INT, TENSOR, Family, Variant
 HEADER = "deep_gemm/sm90/bf16_gemm.cuh"
 # NOTES: DeepGEMM's tests profile kernels by the substring "gemm_"; the name keeps it.
 FUNCTION = "deep_gemm::sm90::bf16_gemm_impl"
+# The batched K splits run the same kernel under DeepGEMM's name for its `bmk,bnk->mn` kernel (profile filters).
+FUNCTION_K_SPLITS = "deep_gemm::sm90::bmn_bnk_mn_gemm_impl"
 # The kernel's parameters, in its signature's order.
 PARAMS = (("tensor_map_a", TENSOR_MAP), ("tensor_map_b", TENSOR_MAP), ("tensor_map_d", TENSOR_MAP),
           ("shape_m", U32), ("shape_k", U32), ("num_k_blocks", U32), ("grouped_layout", POINTER), ("num_groups", U32),
-          ("d", POINTER), ("d_row_stride", U32))
+          ("d", POINTER), ("d_row_stride", U32), ("k_blocks_per_split", U32))
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class KernelKind:
     accumulate: bool
     gemm_type: KernelType = KernelType.NORMAL
     psum_alignment: int = 0
+    batch_splits_k: bool = False  # batched: K splits of a sum over batches (else one GEMM per head)
 
     @property
     def out_bytes(self) -> int:
@@ -50,13 +54,18 @@ def kernel_source(n: int, config: GemmConfig, kind: KernelKind) -> jit.KernelSou
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=kind.psum_alignment, kMNMajorA=kind.mn_major_a,
-                 kMNMajorB=kind.mn_major_b, kOutputFP32=kind.out_fp32, kAccumulate=kind.accumulate)
-    return jit.KernelSource(name="sm90_bf16_gemm", header=HEADER, function=FUNCTION, config=named)
+                 kMNMajorB=kind.mn_major_b, kOutputFP32=kind.out_fp32, kAccumulate=kind.accumulate,
+                 kBatchSplitsK=kind.batch_splits_k)
+    return jit.KernelSource(name="sm90_bf16_gemm", header=HEADER,
+                            function=FUNCTION_K_SPLITS if kind.batch_splits_k else FUNCTION, config=named)
 
 
 def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 1) -> GemmConfig:
     """The configuration a call loads (m: the rows of a dense or contiguous call, the expected rows per group of a
-    masked or psum one); its source is `kernel_source(n, config, kind)`."""
+    masked or psum one, the rows of one batch); its source is `kernel_source(n, config, kind)`. `groups`: the groups
+    of a masked or psum call, the heads of a batched one or its K splits."""
+    if kind.batch_splits_k:
+        return get_forced_config() or get_bf16_ksplit_config(m, n, num_sms, groups)
     return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes, kind.gemm_type,
                                                   groups)
 
@@ -106,11 +115,15 @@ class Operands:
     b_rows: int
     num_groups: int = 1
     hint_m: int = 0
+    a_cols: int = 0           # batched: the columns of A's 2-D view (heads x k; else k)
+    d_outer_stride: int = 0   # batched: D's stride (elements) between heads / splits
+    k_blocks_per_split: int = 0
 
 
 def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: str):
     """The `_C` plan of D (+)= A B^T: one launch."""
     groups_for_heuristic = ops.num_groups if ops.kind.gemm_type != KernelType.M_GROUPED_CONTIGUOUS else 1
+    batched = ops.kind.gemm_type == KernelType.BATCHED
     kernel = _kernel(ops.hint_m or ops.m, ops.n, ops.kind, num_sms, device_index, arch, groups_for_heuristic)
     cfg, kind = kernel.config, ops.kind
     params = ParamBuffer(PARAMS)
@@ -119,22 +132,29 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     if kind.mn_major_a:
         params.tensor_map("tensor_map_a", 0, 2, (ops.rows, ops.k), (ops.a_stride,), (64, BLOCK_K), 128)
     else:
-        params.tensor_map("tensor_map_a", 0, 2, (ops.k, ops.rows), (ops.a_stride,), (BLOCK_K, cfg.block_m), 128)
+        params.tensor_map("tensor_map_a", 0, 2, (ops.a_cols or ops.k, ops.rows), (ops.a_stride,),
+                          (BLOCK_K, cfg.block_m), 128)
     if kind.mn_major_b:
         params.tensor_map("tensor_map_b", 1, 2, (ops.n, ops.b_rows), (ops.b_stride,), (64, BLOCK_K), 128)
     else:
         params.tensor_map("tensor_map_b", 1, 2, (ops.k, ops.b_rows), (ops.b_stride,), (BLOCK_K, cfg.block_n), 128)
     out_bytes = kind.out_bytes
-    params.tensor_map("tensor_map_d", 2, out_bytes, (ops.n, ops.rows, 1), (ops.d_stride, ops.rows * ops.d_stride),
+    # D [1, rows, n], or batched [G, m, n] at any head / split stride.
+    d_dims = (ops.n, ops.m, ops.num_groups) if batched else (ops.n, ops.rows, 1)
+    d_outer = ops.d_outer_stride if batched else ops.rows * ops.d_stride
+    params.tensor_map("tensor_map_d", 2, out_bytes, d_dims, (ops.d_stride, d_outer),
                       (cfg.swizzle_d_bytes // out_bytes, 64, 1), cfg.swizzle_d_bytes)
     params.u32("shape_m", ops.m)
     params.u32("shape_k", ops.k)
-    params.u32("num_k_blocks", ceil_div(ops.k, BLOCK_K))
-    grouped = kind.gemm_type != KernelType.NORMAL
+    # K splits walk every batch's K blocks (rows / m batches of ceil(k / 64)).
+    k_blocks = ceil_div(ops.k, BLOCK_K)
+    params.u32("num_k_blocks", k_blocks * (ops.rows // ops.m if kind.batch_splits_k else 1))
+    grouped = kind.gemm_type not in (KernelType.NORMAL, KernelType.BATCHED)
     params.pointer("grouped_layout", 3 if grouped else None)
     params.u32("num_groups", ops.num_groups)
     params.pointer("d", 2)
     params.u32("d_row_stride", ops.d_stride)
+    params.u32("k_blocks_per_split", ops.k_blocks_per_split)
     launches = [params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)]
     num_tensors = 4 if grouped else 3
     return make_plan(kernel.function, device_index, (15, 15, 15, 3)[:num_tensors], extents, (2,), launches)
@@ -195,6 +215,7 @@ class BF16Layout:
     num_groups: int = 1
     rows: int = 0        # rows of A / D (0: m)
     hint_m: int = 0      # the heuristic's m (masked, psum: expected rows per group; 0: m)
+    batches: int = 0     # batched K splits: the batches summed over
     plans: dict = field(default_factory=dict)
     family: Optional[Family] = None  # bound by the runtime for a layout that launches
 
@@ -202,11 +223,15 @@ class BF16Layout:
     def needs_kernel(self) -> bool:
         return not (self.nothing_to_do or self.zero_k)
 
+    @property
+    def grouped(self) -> bool:
+        """Whether a grouped_layout / masked_m tensor follows A, B and D."""
+        return self.kind.gemm_type not in (KernelType.NORMAL, KernelType.BATCHED)
+
     def run(self, a, b, d, *rest):
         """The per-call part: pointer checks, the launch. Returns the plan (every call of a checked layout launches
         as it is), or None for k = 0, whose zero fill `_C` cannot replay."""
-        grouped = self.kind.gemm_type != KernelType.NORMAL
-        tensors = (a, b, d, rest[0]) if grouped else (a, b, d)
+        tensors = (a, b, d, rest[0]) if self.grouped else (a, b, d)
         outputs = (2,)
         if self.nothing_to_do:
             return noop_plan(self.device.index, len(tensors), self.extents, outputs)
@@ -241,9 +266,10 @@ class BF16Layout:
         return 1 if self.kind.gemm_type in (KernelType.NORMAL, KernelType.M_GROUPED_CONTIGUOUS) else self.num_groups
 
     def _operands(self, a, b, d) -> Operands:
-        grouped = self.kind.gemm_type != KernelType.NORMAL
         rows = self.rows or self.m
-        if grouped:
+        if self.kind.gemm_type == KernelType.BATCHED:
+            return self._batched_operands(a, b, d)
+        if self.grouped:
             _, a_stride = operand_layout(checks.rows_view(a, "a"), "a", "m")
             _, b_stride = _grouped_b_layout(b)
             d2 = checks.rows_view(d, "d")
@@ -255,6 +281,24 @@ class BF16Layout:
         d_stride = d2.stride(0) if rows > 1 else ceil_div(self.n, 8) * 8
         return Operands(self.m, self.n, self.k, self.kind, a_stride, b_stride, d_stride, rows, b_rows,
                         self.num_groups, self.hint_m)
+
+    def _batched_operands(self, a, b, d) -> Operands:
+        """Heads: A [m, heads, k] as the 2-D [m, heads * k] view, B [heads, n, k] stacked like grouped B, D [m,
+        heads, n]. K splits: A [S, m, k] / B [S, n, k] as their stacked rows, D the partial sums [splits, m, n]."""
+        if self.kind.batch_splits_k:
+            a2, b2 = checks.rows_view(a, "a"), checks.rows_view(b, "b")
+            k_blocks = self.batches * ceil_div(self.k, BLOCK_K)
+            return Operands(self.m, self.n, self.k, self.kind, checks.tma_row_stride(a2), checks.tma_row_stride(b2),
+                            d.stride(1), a2.shape[0], b2.shape[0], self.num_groups, a_cols=self.k,
+                            d_outer_stride=d.stride(0),
+                            k_blocks_per_split=ceil_div(k_blocks, self.num_groups))
+        heads = self.num_groups
+        a_stride = a.stride(0) if self.m > 1 else ceil_div(heads * self.k, 8) * 8
+        _, b_stride = _grouped_b_layout(b)
+        b_rows = heads * (self.k if self.kind.mn_major_b else self.n)
+        d_stride = d.stride(0) if self.m > 1 else ceil_div(heads * self.n, 8) * 8
+        return Operands(self.m, self.n, self.k, self.kind, a_stride, b_stride, d_stride, self.m, b_rows, heads,
+                        a_cols=heads * self.k, d_outer_stride=d.stride(1) if heads > 1 else self.n)
 
 
 def _check_d(d, n: int, name: str = "d") -> None:
@@ -394,6 +438,94 @@ def normalise_masked(a, b, d, masked_m, expected_m) -> BF16Layout:
                    rows=num_groups * m_max, hint_m=hint)
 
 
+def normalise_heads(a, b, d) -> BF16Layout:
+    """Every layout check of the per-head batched GEMM (einsum `bhr,hdr->bhd` and `bhd,hdr->bhr`): d[m, h, n] =
+    a[m, h, k] @ b[h, n, k]^T for every head h. a's heads lie side by side in its rows (stride(1) == k, stride(2) ==
+    1); b [h, n, k] K-major or MN-major with its heads stacked uniformly; d [m, h, n] with stride(2) == 1, BF16."""
+    checks.check_tensor(a, "a", torch.bfloat16, 3)
+    checks.check_tensor(b, "b", torch.bfloat16, 3)
+    checks.check_tensor(d, "d", torch.bfloat16, 3)
+    m, heads, k = a.shape
+    if b.shape[0] != heads or b.shape[2] != k:
+        raise ValueError(f"b must have shape ({heads}, n, {k}) to match a's heads and k, got {tuple(b.shape)}")
+    n = b.shape[1]
+    checks.check_shape(d, "d", (m, heads, n), "m x heads x n")
+    named = list(zip(_NAMES, (a, b, d)))
+    device = checks.check_same_cuda_device(named)
+    checks.check_no_overlap(d, "d", named[:2])
+    nothing = m == 0 or n == 0 or heads == 0
+    mn_major_b = False
+    if not nothing and k > 0:
+        if k % BLOCK_K != 0:
+            raise ValueError(f"k = {k}: the per-head GEMMs read each head's k columns in whole {BLOCK_K}-wide blocks, "
+                             f"so k must be a multiple of {BLOCK_K}")
+        if (k > 1 and a.stride(2) != 1) or (heads > 1 and a.stride(1) != k):
+            raise ValueError(f"a must hold each row's heads side by side (stride(2) == 1, stride(1) == k = {k}), "
+                             f"got strides {a.stride()}; pass a.contiguous()")
+        if m > 1 and (a.stride(0) % 8 or a.stride(0) < heads * k):
+            raise ValueError(f"a's row stride must be a multiple of 8 elements covering its {heads} x {k} values, "
+                             f"got {a.stride(0)}")
+        mn_major_b, _ = _grouped_b_layout(b)
+        if n > 1 and d.stride(2) != 1:
+            raise ValueError(f"d must have unit stride along n, got strides {d.stride()}")
+        if n % 8:
+            raise ValueError(f"n = {n}: a bfloat16 d needs n to be a multiple of 8 (TMA writes whole 16-byte chunks)")
+        if (m > 1 and d.stride(0) % 8) or (heads > 1 and d.stride(1) % 8):
+            raise ValueError(f"d's strides must be multiples of 8 elements (16 bytes) for TMA, got {d.stride()}")
+    kind = KernelKind(False, mn_major_b, False, False, KernelType.BATCHED)
+    return _layout(device, m, n, k, kind, (a, b, d), nothing, num_groups=heads)
+
+
+def normalise_k_splits(a, b, d) -> BF16Layout:
+    """Every layout check of the K-split sum over batches (einsum `bmk,bnk->mn`): d[g] = the FP32 sum of
+    a[s] @ b[s]^T over split g of the walk over (s, K block) in order, for d [splits, m, n] FP32 contiguous; a [S, m,
+    k], b [S, n, k] K-major with their batches stacked uniformly. Every split must get at least one K block
+    (`k_split_count` gives a valid count); the caller adds the splits up."""
+    checks.check_tensor(a, "a", torch.bfloat16, 3)
+    checks.check_tensor(b, "b", torch.bfloat16, 3)
+    checks.check_tensor(d, "d", torch.float32, 3)
+    batches, m, k = a.shape
+    if b.shape[0] != batches or b.shape[2] != k:
+        raise ValueError(f"b must have shape ({batches}, n, {k}) to match a, got {tuple(b.shape)}")
+    n = b.shape[1]
+    splits = d.shape[0]
+    checks.check_shape(d, "d", (splits, m, n), "splits x m x n")
+    named = list(zip(_NAMES, (a, b, d)))
+    device = checks.check_same_cuda_device(named)
+    checks.check_no_overlap(d, "d", named[:2])
+    nothing = m == 0 or n == 0
+    if not nothing and batches * k > 0:
+        total = batches * ceil_div(k, BLOCK_K)
+        if total == 0 or splits < 1 or splits != ceil_div(total, ceil_div(total, splits)):
+            raise ValueError(f"d has {splits} splits for {total} K blocks: every split needs at least one "
+                             f"(use k_split_count)")
+        for t, name in ((a, "a"), (b, "b")):
+            operand_layout(checks.rows_view(t, name), name, "rows")
+            if t.shape[1] > 1 and t.stride(2) != 1:
+                raise ValueError(f"{name} must be K-major (stride(2) == 1), got strides {t.stride()}")
+        if not d.is_contiguous():
+            raise ValueError("d (the split partial sums) must be contiguous")
+        if n % 4:
+            raise ValueError(f"n = {n}: a float32 d needs n to be a multiple of 4 (TMA writes whole 16-byte chunks)")
+    kind = KernelKind(False, False, True, False, KernelType.BATCHED, batch_splits_k=True)
+    # No batches sums nothing: like k = 0, the partial sums are zeros.
+    return _layout(device, m, n, k if batches else 0, kind, (a, b, d), nothing, num_groups=max(splits, 1),
+                   batches=batches, rows=batches * m)
+
+
+def k_split_count(m: int, n: int, batches: int, k: int, device_index: int) -> int:
+    """The number of K splits the einsum variant's K-split form takes for this shape: enough for one wave of tiles over the
+    SMs, each split at least one K block."""
+    total = batches * ceil_div(k, BLOCK_K)
+    if min(m, n, total) <= 0:
+        return 1
+    config = kernel_choice(m, n, get_num_sms(device_index), KernelKind(False, False, True, False, KernelType.BATCHED,
+                                                                       batch_splits_k=True), 1)
+    tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
+    splits = max(1, min(get_num_sms(device_index) // tiles, total))
+    return ceil_div(total, ceil_div(total, splits))
+
+
 # The dense forms a warm-up shape compiles: a layer's forward (nt, BF16 d), its input gradient (nn: B MN-major) and its
 # weight gradient (tn: both MN-major, FP32 d accumulated), as DeepGEMM's test_bf16 runs them.
 WARMUP_DENSE_KINDS = (KernelKind(False, False, False, False), KernelKind(False, True, False, False),
@@ -402,14 +534,22 @@ WARMUP_DENSE_KINDS = (KernelKind(False, False, False, False), KernelKind(False, 
 
 def warmup_kernels(variant: str, shape: dict, ms, num_sms: int, arch: str, psum_alignment: int):
     """The kernels calls of one warm-up shape load: dense (m, n): WARMUP_DENSE_KINDS; contiguous (m = all rows, n):
-    K-major B with per-row group ids; masked (m = expected rows per group, n, num_groups): K-major B."""
+    K-major B with per-row group ids; masked (m = expected rows per group, n, num_groups): K-major B; einsum (m, n,
+    heads): the per-head GEMMs of m rows and n columns with each head's B K-major (bhr,hdr->bhd) and MN-major
+    (bhd,hdr->bhr), and the K splits of an [m, n] sum over batches (bmk,bnk->mn; the split count only sizes the
+    grid)."""
+    m, n = shape["m"], shape["n"]
+    if variant == "einsum":
+        heads = [KernelKind(False, mn_major_b, False, False, KernelType.BATCHED) for mn_major_b in (False, True)]
+        splits = KernelKind(False, False, True, False, KernelType.BATCHED, batch_splits_k=True)
+        return [kernel_source(n, kernel_choice(m, n, num_sms, kind, shape["heads"]), kind) for kind in heads] + \
+            [kernel_source(n, kernel_choice(m, n, num_sms, splits, 1), splits)]
     if variant == "bf16":
         kinds, groups = WARMUP_DENSE_KINDS, 1
     else:
         gemm_type = KernelType.M_GROUPED_CONTIGUOUS if variant == "bf16_contiguous" else KernelType.M_GROUPED_MASKED
         kinds = (KernelKind(False, False, False, False, gemm_type),)
         groups = shape.get("num_groups", 1) if gemm_type == KernelType.M_GROUPED_MASKED else 1
-    m, n = shape["m"], shape["n"]
     return [kernel_source(n, kernel_choice(m, n, num_sms, kind, groups), kind) for kind in kinds]
 
 
@@ -420,5 +560,15 @@ BF16_CONTIGUOUS = Variant("bf16_contiguous", "m_grouped_bf16_gemm_nt_contiguous"
                           (TENSOR, TENSOR, TENSOR, TENSOR, INT, INT, INT), normalise_contiguous, warmup_fields=("m", "n"))
 BF16_MASKED = Variant("bf16_masked", "m_grouped_bf16_gemm_nt_masked", (TENSOR, TENSOR, TENSOR, TENSOR, INT),
                       normalise_masked, warmup_fields=("m", "n", "num_groups"))
-FAMILY = Family("sm90_bf16_gemm", HEADER, FUNCTION, PARAMS, ("sm_90a",), (BF16, BF16_CONTIGUOUS, BF16_MASKED),
+def normalise_einsum(a, b, d, k_splits) -> BF16Layout:
+    """The einsums' two batched forms (deep_gemm/ops/einsum.py): `k_splits` 0 is one GEMM per head
+    (`normalise_heads`), 1 the K splits of a sum over batches into partial sums (`normalise_k_splits`)."""
+    if k_splits not in (0, 1):
+        raise ValueError(f"k_splits must be 0 (per-head GEMMs) or 1 (K splits), got {k_splits}")
+    return normalise_k_splits(a, b, d) if k_splits else normalise_heads(a, b, d)
+
+
+# The einsums' batched forms (a, b, d, k_splits): one GEMM per head, or the K splits of a sum over batches.
+EINSUM = Variant("einsum", "einsum", (TENSOR, TENSOR, TENSOR, INT), normalise_einsum, warmup_fields=("m", "n", "heads"))
+FAMILY = Family("sm90_bf16_gemm", HEADER, FUNCTION, PARAMS, ("sm_90a",), (BF16, BF16_CONTIGUOUS, BF16_MASKED, EINSUM),
                 build_plan, clear_kernels, _kernel, warmup_kernels)

@@ -99,12 +99,38 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
     """Configuration of a BF16 GEMM with m x n outputs of `out_bytes` (2: BF16, 4: FP32) each (m, n > 0). K does not
     enter: every tile runs the same K loop. Grouped kinds: contiguous counts m as all rows (a tile stays inside one
     128-row segment: BLOCK_M <= 128); masked and psum take m as the expected rows of each of `groups` groups, whose
-    last blocks are partial (BLOCK_M <= 128 wastes less of them)."""
+    last blocks are partial (BLOCK_M <= 128 wastes less of them); batched takes m as the rows of each of `groups`
+    heads."""
     if min(m, n, num_sms, groups) <= 0 or out_bytes not in (2, 4):
         raise ValueError(f"m, n, num_sms and groups must be positive and out_bytes 2 or 4, got {m}, {n}, {num_sms}, "
                          f"{groups}, {out_bytes}")
-    per_group = kind in (KernelType.M_GROUPED_MASKED, KernelType.M_GROUPED_PSUM)
+    per_group = kind in (KernelType.M_GROUPED_MASKED, KernelType.M_GROUPED_PSUM, KernelType.BATCHED)
     tile_groups = groups if per_group else 1
     max_block_m = 256 if kind == KernelType.NORMAL else 128
     bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
     return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups)
+
+
+@functools.lru_cache(maxsize=4096)
+def get_bf16_ksplit_config(m: int, n: int, num_sms: int, splits: int) -> GemmConfig:
+    """Configuration of the K-split sum over batches (FP32 partial sums, one [m, n] per split): the einsum
+    `bmk,bnk->mn` has small m and n (hundreds) and a long K walk, so its parallelism comes from the splits, which the
+    caller sizes to fill the SMs with one wave of tiles. It is memory-bound: the tile is the one whose split streams
+    the fewest rows of A and B into shared memory per K block (tiles x (BLOCK_M + BLOCK_N); a split's tiles share
+    its blocks through L2), then the fewest tiles, with at least two stages.
+    NOTES: H100, s = 4096, 256 x 256 x 256: 128 x 128 tiles (1024 rows per K block) streamed 2.4 TB/s, where one
+    pass over the 512 distinct rows would need 3 TB/s from L2 twice over."""
+    if min(m, n, num_sms, splits) <= 0:
+        raise ValueError(f"m, n, num_sms and splits must be positive, got {m}, {n}, {num_sms}, {splits}")
+    best_key, best = None, None
+    for bm in BLOCK_MS:
+        if bm > 64 and m <= 64:
+            continue
+        for bn in BLOCK_NS:
+            if not legal_block(bm, bn, False) or max_stages(bm, bn, 4) < 2:
+                continue
+            tiles = ceil_div(m, bm) * ceil_div(n, bn)
+            key = (tiles * (bm + bn), tiles, bm)
+            if best_key is None or key < best_key:
+                best_key, best = key, (bm, bn)
+    return build_bf16_config(m, n, best[0], best[1], num_sms, 4, groups=splits)

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from deep_gemm.families.sm90_bf16_gemm import KernelKind, kernel_choice, kernel_source
+from deep_gemm.heuristics import KernelType
 from deep_gemm.heuristics.sm90_bf16 import build_bf16_config
 from deep_gemm.jit import CompileError
 from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler
@@ -17,9 +18,13 @@ ARCH = "sm_90a"
 
 def _kind(name: str) -> KernelKind:
     """nt / nn / tn / tt (DeepGEMM's names: a's then b's layout, n = K-major for a, t = MN-major for a; for b,
-    t = K-major ([n, k]) and n = MN-major ([k, n])), plus the output: bf16, fp32, or +acc (accumulate into d)."""
-    layout, out = name.split("-")[:2]
-    return KernelKind(layout[0] == "t", layout[1] == "n", out.startswith("fp32"), out.endswith("+acc"))
+    t = K-major ([n, k]) and n = MN-major ([k, n])), plus the output: bf16, fp32, or +acc (accumulate into d);
+    then "heads" (the einsums' per-head batched GEMM) or "ksplits" (the K splits of a sum over batches)."""
+    layout, out, form = name.split("-")[:3]
+    kind = KernelKind(layout[0] == "t", layout[1] == "n", out.startswith("fp32"), out.endswith("+acc"))
+    if form in ("heads", "ksplits"):
+        kind = dataclasses.replace(kind, gemm_type=KernelType.BATCHED, batch_splits_k=form == "ksplits")
+    return kind
 
 
 # name -> (m, n, config): heuristic picks of DeepGEMM's test_bf16 shapes, and forced tiles for the kernel's corners.
@@ -31,15 +36,20 @@ CONFIGS = {
     "tt-fp32-1x576": (1, 576, None),
     "nt-fp32-256x256-bm256": (256, 256, build_bf16_config(256, 256, 256, 128, 132, 4)),  # two sub-tiles per warpgroup
     "nt-bf16-64x48-bn48": (64, 48, build_bf16_config(64, 48, 64, 48, 132, 2)),            # 32-byte D swizzle
+    "nt-bf16-heads-4096x512": (4096, 512, None),   # einsum bhr,hdr->bhd (h = 8, r = 4096, d = 512)
+    "nn-bf16-heads-128x512": (128, 512, None),     # einsum bhd,hdr->bhr: each head's B MN-major
+    "nt-fp32-ksplits-128x384": (128, 384, None),   # einsum bmk,bnk->mn
 }
+GROUPS = {"nt-bf16-heads-4096x512": 8, "nn-bf16-heads-128x512": 128, "nt-fp32-ksplits-128x384": 44}
 # Instructions per K block per math warp in the main loop, at most (measured + ~3%).
-BUDGETS = {"nt-bf16-4096x7168": 52.0, "nn-bf16-4096x7168": 52.0, "tn-fp32+acc-7168x2112": 49.0}  # measured 50, 50, 47
+BUDGETS = {"nt-bf16-4096x7168": 52.0, "nn-bf16-4096x7168": 52.0, "tn-fp32+acc-7168x2112": 49.0,  # measured 51, 51, 47
+           "nt-bf16-heads-4096x512": 52.0, "nt-fp32-ksplits-128x384": 55.0}                       # measured 51, 53
 
 
 def _source(name):
     m, n, config = CONFIGS[name]
     kind = _kind(name)
-    config = config or kernel_choice(m, n, 132, kind)
+    config = config or kernel_choice(m, n, 132, kind, GROUPS.get(name, 1))
     return kernel_source(n, config, kind), config, kind
 
 
@@ -52,7 +62,9 @@ def built(request):
 
 def test_bf16_ptx(built):
     name, config, kind, result = built
-    assert result.cubin[:4] == b"\x7fELF" and b"bf16_gemm_impl" in result.cubin
+    # The K splits carry DeepGEMM's kernel name for that einsum (its test profiles by it).
+    expected_name = b"bmn_bnk_mn_gemm_impl" if kind.batch_splits_k else b"bf16_gemm_impl"
+    assert result.cubin[:4] == b"\x7fELF" and expected_name in result.cubin
     ptx = result.ptx
     flags = f"p, 1, 1, {int(kind.mn_major_a)}, {int(kind.mn_major_b)};"
     mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.bf16\.bf16 [^;]*;", ptx)

@@ -59,6 +59,17 @@ __device__ __forceinline__ float ld_shared_f32(uint32_t smem_addr) {
     return v;
 }
 
+__device__ __forceinline__ uint32_t ld_shared_u16(uint32_t smem_addr) {
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(smem_addr));
+    return v;
+}
+
+// A BF16 value's 16 bits (low half of `bits`) as the FP32 value it denotes, exactly.
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits) {
+    return __uint_as_float(bits << 16);
+}
+
 __device__ __forceinline__ void ld_shared_v2_f32(uint32_t smem_addr, float& x, float& y) {
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(smem_addr));
 }

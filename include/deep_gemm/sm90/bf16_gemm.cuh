@@ -8,6 +8,12 @@
 // The MoE types (GemmType, common/scheduler.cuh) walk the same tiles as the FP8 kernel: contiguous (m_indices or the
 // psum layout) and masked, BF16 D; B holds the experts' [n, k] matrices stacked along n (K-major) or their [k, n]
 // matrices stacked along k (MN-major, DeepGEMM's nn form).
+// The batched type (einsum) has two forms (Config::kBatchSplitsK):
+//  - heads (false): batch g is a head whose A columns sit at [g * shape_k, (g + 1) * shape_k) of A's rows (A [m, G * k],
+//    the einsum's [b, h, r] as a 2-D view), B stacked as for the MoE types, D a 3-D map [G][m][n] of any strides;
+//  - K splits (true): D[m, n] = sum over batches s of A_s B_s^T with A [S * m, k] and B [S * n, k] stacked by rows;
+//    the S * ceil(k / 64) K blocks of that sum are walked in `num_groups` contiguous splits, split g writing its FP32
+//    partial sum to D [g][m][n] (the caller adds the splits up in a fixed order: deterministic).
 
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
@@ -37,19 +43,15 @@ constexpr uint32_t bf16_gemm_smem_size() {
 // K is a run-time value (num_k_blocks = ceil(k / 64); TMA reads zeros past k). Grouped launches: A / D hold every
 // expert's rows ([m_sum, *], or [G * m_max, *] for masked: shape_m = m_max), B is [G * n, k] (K-major) or
 // [G * k, n] (MN-major, shape_k = k), `grouped_layout` is m_indices, masked_m or the running row counts, and `d` /
-// `d_row_stride` (elements) address D for the rows a TMA box cannot express.
+// `d_row_stride` (elements) address D for the rows a TMA box cannot express; `k_blocks_per_split` is the K split's
+// length in K blocks (batched K splits; else unused).
 template <typename Config>
-__global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
-bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] or, MN-major, [k, m] bf16
-               const __grid_constant__ TmaDescriptor tensor_map_b,  // B [n, k] or, MN-major, [k, n] bf16
-               const __grid_constant__ TmaDescriptor tensor_map_d,  // D [1, m, n] bf16 or fp32
-               const uint32_t shape_m,
-               const uint32_t shape_k,
-               const uint32_t num_k_blocks,
-               const int32_t* __restrict__ grouped_layout,  // grouped only (else unused)
-               const uint32_t num_groups,
-               uint8_t* __restrict__ d,
-               const uint32_t d_row_stride) {
+__device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, const TmaDescriptor& tensor_map_b,
+                                          const TmaDescriptor& tensor_map_d, const uint32_t shape_m,
+                                          const uint32_t shape_k, const uint32_t num_k_blocks,
+                                          const int32_t* __restrict__ grouped_layout, const uint32_t num_groups,
+                                          uint8_t* __restrict__ d, const uint32_t d_row_stride,
+                                          const uint32_t k_blocks_per_split) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape and the composition: BF16 operands, no promotion, per-warpgroup output tiles ----
     constexpr GemmType kGemmType = Config::kGemmType;
@@ -57,6 +59,8 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
     constexpr uint32_t BLOCK_M = Config::BLOCK_M;
     constexpr uint32_t BLOCK_N = Config::BLOCK_N;
     constexpr bool kContiguous = kGemmType == GemmType::MGroupedContiguous;
+    constexpr bool kBatched = kGemmType == GemmType::Batched;
+    constexpr bool kKSplits = kBatched and Config::kBatchSplitsK;
     using Operands = BF16Operands<Config::kMNMajorA, Config::kMNMajorB>;
     using Epilogue =
         WarpgroupTileEpilogue<BLOCK_N, Config::kSwizzleDBytes, Config::kOutputFP32, Config::kAccumulate>;
@@ -73,11 +77,15 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
     DG_STATIC_ASSERT(Config::kSmemSize ==
                          (bf16_gemm_smem_size<BLOCK_M, BLOCK_N, Config::kNumStages, Config::kOutputFP32>()),
                      "host and device disagree on the shared-memory size");
-    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or kContiguous or walks_groups(kGemmType),
-                     "dense, contiguous, psum or masked");
-    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or not (Config::kOutputFP32 or Config::kAccumulate or
-                                                           Config::kMNMajorA or Config::kNumMulticast > 1),
-                     "grouped BF16 GEMMs: K-major A, BF16 D stored, no multicast");
+    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or kContiguous or walks_groups(kGemmType) or kBatched,
+                     "dense, contiguous, psum, masked or batched");
+    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or not (Config::kAccumulate or Config::kMNMajorA or
+                                                           Config::kNumMulticast > 1),
+                     "grouped and batched BF16 GEMMs: K-major A, D stored, no multicast");
+    DG_STATIC_ASSERT(not Config::kOutputFP32 or kGemmType == GemmType::Normal or kBatched,
+                     "grouped BF16 GEMMs write BF16 D");
+    DG_STATIC_ASSERT(not Config::kBatchSplitsK or (kBatched and Config::kOutputFP32 and not Config::kMNMajorB),
+                     "K splits are batched, K-major and write FP32 partial sums");
     DG_STATIC_ASSERT(not kContiguous or BLOCK_M <= 128, "contiguous tiles must not span two 128-row segments");
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
@@ -87,22 +95,42 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_d);
     using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment>;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
+    // K splits: the tile's K blocks of the flattened walk over (batch, K block).
+    const uint32_t k_blocks_per_batch = ceil_div(shape_k, Operands::kBlockK);
+    auto split_k_blocks = [&](const Tile& tile) {
+        const uint32_t first = tile.group * k_blocks_per_split;
+        return kKSplits ? min(num_k_blocks - first, k_blocks_per_split) : num_k_blocks;
+    };
 
     if (Shell::is_producer()) {
         auto operands = [&](const Tile& tile) {
             TileOperands ops;
             ops.map_a = &tensor_map_a;
             ops.map_b = &tensor_map_b;
-            ops.m_idx = static_cast<int32_t>(tile.row_base);
-            ops.n_idx = static_cast<int32_t>((Config::kMNMajorB ? 0 : tile.group * SHAPE_N) + tile.n_block * BLOCK_N);
+            ops.m_idx = static_cast<int32_t>(kBatched ? tile.m_block * BLOCK_M : tile.row_base);
+            ops.n_idx = static_cast<int32_t>((Config::kMNMajorB or kKSplits ? 0 : tile.group * SHAPE_N) +
+                                             tile.n_block * BLOCK_N);
             ops.b_k_offset = Config::kMNMajorB ? static_cast<int32_t>(tile.group * shape_k) : 0;
-            ops.num_k_blocks = num_k_blocks;
+            ops.num_k_blocks = split_k_blocks(tile);
+            if constexpr (kBatched and not kKSplits)
+                ops.a_k_offset = static_cast<int32_t>(tile.group * shape_k);
+            if constexpr (kKSplits) {
+                // The split's first K block, as (batch, K block inside it); the walk then wraps batch by batch.
+                const uint32_t first = tile.group * k_blocks_per_split;
+                const uint32_t batch = first / k_blocks_per_batch;
+                ops.first_k_block = first - batch * k_blocks_per_batch;
+                ops.m_idx += static_cast<int32_t>(batch * shape_m);
+                ops.n_idx += static_cast<int32_t>(batch * SHAPE_N);
+                ops.k_blocks_per_batch = k_blocks_per_batch;
+                ops.a_batch_rows = static_cast<int32_t>(shape_m);
+                ops.b_batch_rows = static_cast<int32_t>(SHAPE_N);
+            }
             ops.scale_row = 0;
             ops.skip = kContiguous and tile.skip;
             ops.peer_shares_b = true;
             return ops;
         };
-        shell.template produce<kStageTxBytes>(make_scheduler, operands, NoPromotion::Producer{});
+        shell.template produce<kStageTxBytes, kKSplits>(make_scheduler, operands, NoPromotion::Producer{});
     } else {
         const auto wg = shell.math_warpgroup();
         uint8_t* wg_smem_d = shell.smem_d + wg.math_wg * Epilogue::kSmemBytes;
@@ -131,7 +159,7 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
                     for (uint32_t i = 0; i < kNumAccum; ++i)
                         accum[s][i] = 0.0f;
             } else {
-                k_loop.run(num_k_blocks);
+                k_loop.run(split_k_blocks(tile));
             }
             // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> BF16 / FP32 smem tile -> TMA ----
             #pragma unroll
@@ -148,7 +176,7 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
                 const uint32_t valid_rows = tile.valid_rows > first_row ? tile.valid_rows - first_row : 0;
                 wg.store_tile([&] { Epilogue::write_warp(wg_smem_d, accum[s], wg.warp_row, wg.lane_idx); },
                               [&](bool is_leader) {
-                                  if constexpr (has_group_row_ends(kGemmType)) {
+                                  if constexpr (walks_groups(kGemmType)) {
                                       // A group's last, partial block: its rows past the group's end
                                       // stay untouched, which a TMA box cannot express.
                                       if (valid_rows < 64) {
@@ -159,7 +187,9 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
                                       }
                                   }
                                   if (is_leader) {
-                                      Epilogue::store(&tensor_map_d, wg_smem_d, 0, tile.row_base + first_row,
+                                      // Batched: D is [G][m][n] (TMA clips rows past m).
+                                      Epilogue::store(&tensor_map_d, wg_smem_d, kBatched ? tile.group : 0,
+                                                      (kBatched ? tile.m_block * BLOCK_M : tile.row_base) + first_row,
                                                       tile.n_block * BLOCK_N);
                                       tma_store_commit();
                                   }
@@ -170,6 +200,42 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
     }
     Shell::teardown();
 #endif
+}
+
+template <typename Config>
+__global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
+bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] or, MN-major, [k, m] bf16
+               const __grid_constant__ TmaDescriptor tensor_map_b,  // B [n, k] or, MN-major, [k, n] bf16
+               const __grid_constant__ TmaDescriptor tensor_map_d,  // D [1, m, n] (batched [G, m, n]) bf16 or fp32
+               const uint32_t shape_m,
+               const uint32_t shape_k,
+               const uint32_t num_k_blocks,
+               const int32_t* __restrict__ grouped_layout,  // grouped only (else unused)
+               const uint32_t num_groups,
+               uint8_t* __restrict__ d,
+               const uint32_t d_row_stride,
+               const uint32_t k_blocks_per_split) {
+    bf16_gemm<Config>(tensor_map_a, tensor_map_b, tensor_map_d, shape_m, shape_k, num_k_blocks, grouped_layout,
+                      num_groups, d, d_row_stride, k_blocks_per_split);
+}
+
+// The same kernel under the name DeepGEMM gives its `bmk,bnk->mn` einsum kernel (the batched K splits), so that
+// profiles filtering on that name (DeepGEMM's test_einsum does) find it.
+template <typename Config>
+__global__ void __launch_bounds__(kernel_num_threads<Config>(), 1)
+bmn_bnk_mn_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,
+                     const __grid_constant__ TmaDescriptor tensor_map_b,
+                     const __grid_constant__ TmaDescriptor tensor_map_d,
+                     const uint32_t shape_m,
+                     const uint32_t shape_k,
+                     const uint32_t num_k_blocks,
+                     const int32_t* __restrict__ grouped_layout,
+                     const uint32_t num_groups,
+                     uint8_t* __restrict__ d,
+                     const uint32_t d_row_stride,
+                     const uint32_t k_blocks_per_split) {
+    bf16_gemm<Config>(tensor_map_a, tensor_map_b, tensor_map_d, shape_m, shape_k, num_k_blocks, grouped_layout,
+                      num_groups, d, d_row_stride, k_blocks_per_split);
 }
 
 }  // namespace deep_gemm::sm90

@@ -44,7 +44,14 @@ struct TileOperands {
     int32_t m_idx;           // A's first row of the tile
     int32_t n_idx;           // B's first row of the tile
     uint32_t num_k_blocks;
+    int32_t a_k_offset = 0;  // added to A's K coordinate (a batch's A columns inside a wider row: einsum heads)
     int32_t b_k_offset = 0;  // added to B's K coordinate (an MN-major B stacking its groups along K)
+    uint32_t first_k_block = 0;  // the tile's first K block (a split of K)
+    // With produce<.., kKWalksBatches>: every k_blocks_per_batch K blocks the K coordinate returns to 0 and A's / B's
+    // first row advance by a_batch_rows / b_batch_rows (a K loop summing over batches stacked by rows).
+    uint32_t k_blocks_per_batch = 0;
+    int32_t a_batch_rows = 0;
+    int32_t b_batch_rows = 0;
     uint32_t scale_row;      // the row of the tile's first K block in the kernel's stacked scale tensors
     bool skip;               // the tile takes no stage (contiguous padding)
     bool peer_shares_b;      // with B multicast: the cluster peer needs the same B block (else each loads its own)
@@ -80,7 +87,7 @@ struct KernelShell {
     // Shared memory: [D][stages x A][stages x B][the promotion's scales][stages x full barrier][stages x empty barrier]
     static constexpr uint32_t kSmemDBytes = Epilogue::template smem_d_bytes<kNumMathWGs>();
     static constexpr uint32_t kSmemABytes = BLOCK_M * kRowBytes;  // [BLOCK_M, kStageK] operands, 128B-swizzled
-    static constexpr uint32_t kSmemBBytes = BLOCK_N * kRowBytes;  // [BLOCK_N, kStageK] operands, 128B-swizzled
+    static constexpr uint32_t kSmemBBytes = BLOCK_N * Operands::kRowBytesB;  // [BLOCK_N, kStageK], 128B-swizzled
     static constexpr uint32_t kSmemScaleBytes = Promotion::kSmemBytes;
     static constexpr uint32_t kSmemSize =
         kSmemDBytes + kNumStages * (kSmemABytes + kSmemBBytes) + kSmemScaleBytes + kNumStages * 2 * sizeof(Barrier);
@@ -156,7 +163,8 @@ struct KernelShell {
     // `scales.gather(tile, k_block, stage, lane)` on each lane to start the lane's cp.async copies into the stage,
     // then every lane arrives on the stage's full barrier when its copies have landed (the ring counts those
     // arrivals), so consumers see the stage full only with the gathered data in place.
-    template <uint32_t kStageTxBytes, typename MakeScheduler, typename TileOperandsOf, typename ScaleLoads>
+    template <uint32_t kStageTxBytes, bool kKWalksBatches = false, typename MakeScheduler, typename TileOperandsOf,
+              typename ScaleLoads>
     __device__ __forceinline__ void produce(MakeScheduler make_scheduler, TileOperandsOf operands,
                                            const ScaleLoads& scales) const {
         warpgroup_reg_dealloc<40>();
@@ -190,22 +198,32 @@ struct KernelShell {
                 const TileOperands ops = operands(tile);
                 if (ops.skip)
                     continue;
+                int32_t m_idx = ops.m_idx, n_idx = ops.n_idx;
+                uint32_t batch_k_block = ops.first_k_block;  // kKWalksBatches: the K block inside the batch
                 for (uint32_t k_block = 0; k_block < ops.num_k_blocks; ++k_block) {
                     const Barrier* bar = ring.acquire(stages, kStageTxBytes);
-                    const auto k_idx = static_cast<int32_t>(k_block * kStageK);
+                    const auto k_idx =
+                        static_cast<int32_t>((kKWalksBatches ? batch_k_block : ops.first_k_block + k_block) * kStageK);
                     uint8_t* dst_a = smem_a + stages.stage * kSmemABytes;
                     uint8_t* dst_b = smem_b + stages.stage * kSmemBBytes;
                     const int32_t k_b = k_idx + ops.b_k_offset;
-                    Operands::template load_a<kMulticastA, BLOCK_M>(ops.map_a, bar, dst_a, k_idx, ops.m_idx,
-                                                                     is_leader, kCacheHint);
+                    Operands::template load_a<kMulticastA, BLOCK_M>(ops.map_a, bar, dst_a, k_idx + ops.a_k_offset,
+                                                                     m_idx, is_leader, kCacheHint);
                     if (kMulticastB and not ops.peer_shares_b)
-                        Operands::template load_b<false, BLOCK_N>(ops.map_b, bar, dst_b, k_b, ops.n_idx, is_leader,
+                        Operands::template load_b<false, BLOCK_N>(ops.map_b, bar, dst_b, k_b, n_idx, is_leader,
                                                                   kCacheHint);
                     else
-                        Operands::template load_b<kMulticastB, BLOCK_N>(ops.map_b, bar, dst_b, k_b, ops.n_idx,
+                        Operands::template load_b<kMulticastB, BLOCK_N>(ops.map_b, bar, dst_b, k_b, n_idx,
                                                                         is_leader, kCacheHint);
                     scales.load(tile, ops.scale_row + k_block, stages.stage, bar);
                     stages.advance();
+                    if constexpr (kKWalksBatches) {
+                        if (++batch_k_block == ops.k_blocks_per_batch) {
+                            batch_k_block = 0;
+                            m_idx += ops.a_batch_rows;
+                            n_idx += ops.b_batch_rows;
+                        }
+                    }
                 }
             }
         }

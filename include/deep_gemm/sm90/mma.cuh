@@ -5,6 +5,7 @@
 #include <deep_gemm/sm90/pipeline.cuh>
 #include <deep_gemm/sm90/wgmma_bf16.cuh>
 #include <deep_gemm/sm90/wgmma_e4m3.cuh>
+#include <deep_gemm/sm90/wgmma_tf32.cuh>
 
 namespace deep_gemm::sm90 {
 
@@ -128,6 +129,7 @@ struct BF16WGMMA {
 //   kElementBytes  bytes per element;
 //   kBlockK        elements of K per pipeline stage: 128 bytes of each row (K-major) or kBlockK rows of 128-byte
 //                  column chunks (MN-major), which is what the descriptors and the TMA boxes describe;
+//   kRowBytesB     bytes of one B row (of one stage's kBlockK elements): 128, or a multiple for a wider B element;
 //   MMA<BLOCK_N>   its warpgroup MMA: M = 64 rows, K elements per instruction, kNumAccum FP32 accumulators per thread,
 //                  and mma_k_block<kBlockK>(a_lo, b_lo, acc, accumulate) issuing one stage's instructions (the
 //                  first one overwrites acc unless `accumulate`);
@@ -137,6 +139,7 @@ struct BF16WGMMA {
 struct FP8E4M3Operands {
     static constexpr uint32_t kElementBytes = 1;
     static constexpr uint32_t kBlockK = 128;
+    static constexpr uint32_t kRowBytesB = 128;
     template <uint32_t BLOCK_N>
     using MMA = FP8WGMMA<BLOCK_N>;
 
@@ -160,6 +163,7 @@ template <bool kMNMajorA, bool kMNMajorB>
 struct BF16Operands {
     static constexpr uint32_t kElementBytes = 2;
     static constexpr uint32_t kBlockK = 64;
+    static constexpr uint32_t kRowBytesB = 128;
     static constexpr uint32_t kChunkBytes = kBlockK * 128;  // one MN-major column chunk: 64 rows x kBlockK
     template <uint32_t BLOCK_N>
     using MMA = BF16WGMMA<BLOCK_N, kMNMajorA, kMNMajorB>;
@@ -199,12 +203,83 @@ struct BF16Operands {
     }
 };
 
+// One m64 x BLOCK_N x k8 TF32 WGMMA step with A from registers, and a stage's worth of them over a BF16 A tile in
+// shared memory (K-major, 128B-swizzled, 64 elements per row) converted exactly to FP32 in registers on the way.
+template <uint32_t BLOCK_N>
+struct TF32RegAWGMMA {
+    static constexpr uint32_t M = 64;
+    static constexpr uint32_t K = 8;
+    static constexpr uint32_t kElementBytes = 2;  // of A as it sits in shared memory (BF16)
+    static constexpr uint32_t kNumAccum = M * BLOCK_N / 128;
+
+    // This thread's A fragments of one 64 x kBlockK BF16 stage tile (rows warp_row + lane_row and + 8, columns
+    // (lane % 4) and + 4 of every 8-wide K step), as FP32, and the sum of their squares per row into sqr[2].
+    template <uint32_t kBlockK>
+    __device__ __forceinline__ static void load_a(uint32_t tile_smem, uint32_t row, uint32_t lane,
+                                                  float (&a)[kBlockK / K][4], float (&sqr)[2]) {
+        DG_STATIC_ASSERT(kBlockK * 2 == 128, "one 128-byte swizzled row of BF16 per stage");
+        const uint32_t upper = tile_smem + row * 128, lower = upper + 8 * 128;
+        const uint32_t col = (lane % 4) * 2;
+        #pragma unroll
+        for (uint32_t j = 0; j < kBlockK / K; ++j) {
+            const uint32_t chunk = ((j ^ (row % 8)) * 16) + col;  // the 128B swizzle moves 16-byte chunks
+            a[j][0] = bf16_bits_to_float(ld_shared_u16(upper + chunk));
+            a[j][1] = bf16_bits_to_float(ld_shared_u16(lower + chunk));
+            a[j][2] = bf16_bits_to_float(ld_shared_u16(upper + chunk + 8));
+            a[j][3] = bf16_bits_to_float(ld_shared_u16(lower + chunk + 8));
+            sqr[0] = fmaf(a[j][0], a[j][0], fmaf(a[j][2], a[j][2], sqr[0]));
+            sqr[1] = fmaf(a[j][1], a[j][1], fmaf(a[j][3], a[j][3], sqr[1]));
+        }
+    }
+
+    // d (+)= A B^T over one stage: B's rows are kBlockK FP32 = kBlockK / 32 128B-swizzled chunks of 32 elements,
+    // chunk c at b_lo + c * BLOCK_N * 128 bytes.
+    template <uint32_t kBlockK>
+    __device__ __forceinline__ static void mma_k_block(const float (&a)[kBlockK / K][4], uint32_t b_lo, float* d,
+                                                       bool accumulate) {
+        #pragma unroll
+        for (uint32_t j = 0; j < kBlockK / K; ++j) {
+            const uint32_t offset = (j / 4) * BLOCK_N * 128 + (j % 4) * K * 4;
+            WGMMATF32RegA<BLOCK_N>::mma(a[j], kmajor_sw128_desc(b_lo + offset / 16), d, accumulate or j > 0);
+        }
+    }
+};
+
+// BF16 A, FP32 B, multiplied on the TF32 tensor cores (the hyper-connection pre-norm GEMM): A is loaded as BF16
+// (64 elements = one 128-byte swizzled row per stage) and converted to FP32 in registers, exactly; B's 64 FP32 per
+// row and stage are two TMA boxes of 32 (128 bytes each), one after the other. The MMA reads A from registers (its
+// kernel's own K loop, not the shell's issue_mma).
+struct TF32RegAOperands {
+    static constexpr uint32_t kElementBytes = 2;
+    static constexpr uint32_t kBlockK = 64;
+    static constexpr uint32_t kRowBytesB = kBlockK * 4;
+    template <uint32_t BLOCK_N>
+    using MMA = TF32RegAWGMMA<BLOCK_N>;
+
+    __device__ __forceinline__ static uint32_t desc_lo_a(uint32_t smem_addr) { return kmajor_sw128_desc_lo(smem_addr); }
+    __device__ __forceinline__ static uint32_t desc_lo_b(uint32_t smem_addr) { return kmajor_sw128_desc_lo(smem_addr); }
+    template <bool kShared, uint32_t kRows>
+    __device__ __forceinline__ static void load_a(const TmaDescriptor* map, const Barrier* bar, void* smem,
+                                                  int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
+        tma_load_operand<kShared>(map, bar, smem, k_idx, row, is_leader, hint);
+    }
+    template <bool kShared, uint32_t kRows>
+    __device__ __forceinline__ static void load_b(const TmaDescriptor* map, const Barrier* bar, void* smem,
+                                                  int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
+        #pragma unroll
+        for (uint32_t c = 0; c < kRowBytesB / 128; ++c)
+            tma_load_operand<kShared>(map, bar, static_cast<uint8_t*>(smem) + c * kRows * 128,
+                                      k_idx + static_cast<int32_t>(c * 32), row, is_leader, hint);
+    }
+};
+
 // The requirements above, checked for one tile width (instantiated by the shell).
 template <typename Operands, uint32_t BLOCK_N>
 struct CheckOperands {
     using MMA = typename Operands::template MMA<BLOCK_N>;
     DG_STATIC_ASSERT(Operands::kBlockK * Operands::kElementBytes == 128,
                      "an operand K block must be one 128-byte swizzle row (kmajor_sw128_desc, the 128B TMA boxes)");
+    DG_STATIC_ASSERT(Operands::kRowBytesB % 128 == 0, "B's stage rows are whole 128-byte swizzle rows");
     DG_STATIC_ASSERT(MMA::kElementBytes == Operands::kElementBytes, "the MMA must read the operands' element type");
     DG_STATIC_ASSERT(MMA::M == 64, "a warpgroup MMA covers 64 rows (the math warpgroups' row split assumes it)");
     DG_STATIC_ASSERT(Operands::kBlockK % MMA::K == 0, "a K block must be whole MMA instructions");
