@@ -847,9 +847,9 @@ def build_hc_prenorm(p: dict, device, seed: int) -> Case:
     gen = _gen(device, seed)
     a = torch.randn((m, k), device=device, generator=gen).to(torch.bfloat16)
     b = torch.randn((n, k), device=device, generator=gen)
-    # The TF32 product the tensor cores form: B's low 13 mantissa bits dropped, A exact, FP32 sums.
-    b_tf32 = (b.view(torch.int32) & ~0x1FFF).view(torch.float32)
-    ref = a.float() @ b_tf32.T
+    # The FP32 product: B's rounding to TF32 moves calc_diff by ~1e-7, well inside the check's 1e-5 (the TF32
+    # reference itself is tests/gpu/test_hyperconnection_gpu.py's, at DeepGEMM's 1e-8).
+    ref = a.float() @ b.T
     ref_sqr = a.float().square().sum(-1)
     lead = (splits,) if splits else ()
     g = Guarded(lead + (m, n), torch.float32, device)

@@ -51,12 +51,14 @@ class ParamBuffer:
         return offset
 
     def tensor_map(self, name: str, tensor: int, element_size: int, dims: Sequence[int], strides: Sequence[int],
-                   box: Sequence[int], swizzle_bytes: int, l2_promotion: bool = True, ptr_offset: int = 0) -> None:
+                   box: Sequence[int], swizzle_bytes: int, l2_promotion: bool = True, ptr_offset: int = 0,
+                   tf32: bool = False) -> None:
         """A CUtensorMap parameter over tensor `tensor` (+ `ptr_offset` bytes): dims innermost first, strides of the
-        outer dimensions in elements."""
+        outer dimensions in elements. `tf32`: FP32 elements that TMA rounds to TF32 (to nearest) as it loads them,
+        as a TF32 matmul rounds its inputs (the tensor cores alone would drop the low bits)."""
         offset = self._append(name, TENSOR_MAP)
-        self.maps.append(map_patch(offset, tensor, ptr_offset, element_size, dims, strides, box, swizzle_bytes,
-                                   l2_promotion))
+        self.maps.append(map_patch(offset, tensor, ptr_offset, "tf32" if tf32 else element_size, dims, strides, box,
+                                   swizzle_bytes, l2_promotion))
 
     def unused_tensor_map(self, name: str) -> None:
         """A CUtensorMap parameter the kernel does not read on this path (left zero)."""
@@ -96,14 +98,14 @@ class ParamBuffer:
                 tuple(self.maps), tuple(self.ptrs))
 
 
-def map_patch(offset: int, tensor: int, ptr_offset: int, element_size: int, dims: Sequence[int],
+def map_patch(offset: int, tensor: int, ptr_offset: int, element_size, dims: Sequence[int],
               strides: Sequence[int], box: Sequence[int], swizzle_bytes: int, l2_promotion: bool) -> tuple:
     """A tensor-map patch as `_C` reads it: driver enum values, strides in bytes. Out-of-bounds elements of a box
-    read as zero and are not written by stores."""
+    read as zero and are not written by stores. `element_size` 1, 2, 4 or "tf32" (4-byte FP32 rounded to TF32)."""
     e = _enums()
+    size = 4 if element_size == "tf32" else element_size
     return (offset, tensor, ptr_offset, e["dtype"][element_size], tuple(dims),
-            tuple(s * element_size for s in strides), tuple(box), e["swizzle"][swizzle_bytes],
-            e["promo"][l2_promotion])
+            tuple(s * size for s in strides), tuple(box), e["swizzle"][swizzle_bytes], e["promo"][l2_promotion])
 
 
 def make_plan(function, device_index: int, align_masks: Sequence[int], extents: Sequence[int], outputs: Sequence[int],
@@ -122,7 +124,7 @@ def noop_plan(device_index: int, num_tensors: int, extents: Sequence[int], outpu
 def _enums() -> dict:
     from cuda.bindings import driver as cu
     dtype = {1: "CU_TENSOR_MAP_DATA_TYPE_UINT8", 2: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-             4: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+             4: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "tf32": "CU_TENSOR_MAP_DATA_TYPE_TFLOAT32"}
     swizzle = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
                128: "CU_TENSOR_MAP_SWIZZLE_128B"}
     return dict(

@@ -81,7 +81,8 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     cfg = kernel.config
     params = ParamBuffer(PARAMS)
     params.tensor_map("tensor_map_a", 0, 2, (ops.k, ops.m), (ops.a_stride,), (BLOCK_K, cfg.block_m), 128)
-    params.tensor_map("tensor_map_b", 1, 4, (ops.k, ops.n), (ops.b_stride,), (32, cfg.block_n), 128)
+    # B is rounded to TF32 by TMA (to nearest), as a TF32 matmul (cuBLAS, DeepGEMM) rounds it.
+    params.tensor_map("tensor_map_b", 1, 4, (ops.k, ops.n), (ops.b_stride,), (32, cfg.block_n), 128, tf32=True)
     params.tensor_map("tensor_map_d", 2, 4, (ops.n, ops.m, ops.num_splits), (ops.d_stride, ops.d_split_stride),
                       (cfg.swizzle_d_bytes // 4, 64, 1), cfg.swizzle_d_bytes)
     params.pointer("sqr_sum", 3)

@@ -106,7 +106,7 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
                          f"{groups}, {out_bytes}")
     per_group = kind in (KernelType.M_GROUPED_MASKED, KernelType.M_GROUPED_PSUM, KernelType.BATCHED)
     tile_groups = groups if per_group else 1
-    max_block_m = 256 if kind == KernelType.NORMAL else 128
+    max_block_m = 256 if kind in (KernelType.NORMAL, KernelType.BATCHED) else 128
     bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
     return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups)
 
