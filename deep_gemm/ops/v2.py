@@ -317,6 +317,9 @@ def cublaslt_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optio
     if a.dtype == torch.float8_e4m3fn:
         one = torch.ones((), dtype=torch.float32, device=a.device)
         result = torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=d.dtype)
+    elif d.dtype == torch.float32:
+        # FP32 accumulation written as FP32 (a BF16 result converted to FP32 would carry BF16's rounding).
+        result = torch.mm(a, b.t(), out_dtype=torch.float32)
     else:
         result = torch.matmul(a, b.t()).to(d.dtype)
     if c is not None:

@@ -231,6 +231,23 @@ def test_cublaslt_baseline_and_bench_kineto_names():
     assert deep_gemm.bench_kineto(fn, ("fp8_gemm", "no_such_kernel"), num_tests=3)[1] == 0
 
 
+@pytest.mark.parametrize("out_dtype,accumulate", [(torch.float32, False), (torch.float32, True),
+                                                   (torch.bfloat16, False), (torch.bfloat16, True)])
+def test_cublaslt_bf16_within_deepgemm_thresholds(out_dtype, accumulate):
+    """DeepGEMM's test_cublaslt_gemm: 6e-7 against the FP32 product (1e-5 for a BF16 d accumulated into), at its
+    narrowest m = 1 shapes too (an FP32 d rounded through BF16 missed 6e-7: 1.4e-6 at 1 x 256 x 7168)."""
+    for m, n, k in [(1, 256, 7168), (1, 2112, 7168), (128, 576, 7168), (4096, 256, 7168)]:
+        gen = _gen(m + n)
+        a = torch.randn((m, k), device="cuda", generator=gen).bfloat16()
+        b = torch.randn((n, k), device="cuda", generator=gen).bfloat16()
+        c = torch.randn((m, n), device="cuda", generator=gen).to(out_dtype) if accumulate else None
+        d = torch.empty((m, n), device="cuda", dtype=out_dtype)
+        deep_gemm.cublaslt_gemm_nt(a, b, d, c=c)
+        ref = a.float() @ b.float().t() + (c.float() if accumulate else 0)
+        threshold = 1e-5 if (accumulate and out_dtype == torch.bfloat16) else 6e-7
+        assert calc_diff(d, ref) < threshold, (m, n, k)
+
+
 def test_random_v2_dense_and_grouped_problems():
     """Fresh random shapes through the v2 names (ragged m, n, k; every route), each against the FP32 reference."""
     rng = random.Random()
