@@ -152,7 +152,9 @@ class Case:
     args: tuple
     guarded: Guarded
     checker: Callable[["Case"], None]
-    extra: Dict = field(default_factory=dict)  # "ref": the FP32 reference (masked: "counts", rows per group)
+    # "ref": the FP32 reference (masked: "counts", rows per group); "inputs": the indices of the operand arguments
+    # when they are not args[0] and args[1].
+    extra: Dict = field(default_factory=dict)
 
     @property
     def fn(self):
@@ -833,7 +835,7 @@ def build_einsum(p: dict, device, seed: int) -> Case:
         _assert_close([(case.out, ref, None)], case.desc)
 
     return Case("einsum", f"einsum {expr} batches={batches} m={m} n={n} k={k} d {p['out']}", args, g, checker,
-                dict(ref=ref, result=ref))
+                dict(ref=ref, result=ref, inputs=(1, 2)))
 
 
 def sample_hc_prenorm(rng: random.Random) -> dict:

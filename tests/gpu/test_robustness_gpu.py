@@ -107,7 +107,8 @@ def test_bitwise_deterministic_across_runs_streams_and_inputs_copies(spec):
             torch.cuda.current_stream().wait_stream(side)
         elif i == 4:
             args = list(case.args)
-            args[:2] = [tuple(_copy(t) for t in a) if isinstance(a, tuple) else _copy(a) for a in args[:2]]
+            for j in case.extra.get("inputs", (0, 1)):  # the operands (einsum's follow its expression)
+                args[j] = tuple(_copy(t) for t in args[j]) if isinstance(args[j], tuple) else _copy(args[j])
             case.fn(*args)
         else:
             case.run()

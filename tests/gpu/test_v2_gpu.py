@@ -243,7 +243,8 @@ def test_cublaslt_bf16_within_deepgemm_thresholds(out_dtype, accumulate):
         c = torch.randn((m, n), device="cuda", generator=gen).to(out_dtype) if accumulate else None
         d = torch.empty((m, n), device="cuda", dtype=out_dtype)
         deep_gemm.cublaslt_gemm_nt(a, b, d, c=c)
-        ref = a.float() @ b.float().t() + (c.float() if accumulate else 0)
+        # As DeepGEMM's test: against the reference in d's type.
+        ref = (a.float() @ b.float().t() + (c.float() if accumulate else 0)).to(out_dtype)
         threshold = 1e-5 if (accumulate and out_dtype == torch.bfloat16) else 6e-7
         assert calc_diff(d, ref) < threshold, (m, n, k)
 
