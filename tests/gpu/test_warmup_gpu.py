@@ -86,6 +86,9 @@ def test_first_calls_after_warmup_compile_nothing(tmp_path, monkeypatch):
                                bf16_masked=[(small["m_grouped_bf16_gemm_nt_masked"]["expected_m"],
                                              small["m_grouped_bf16_gemm_nt_masked"]["n"],
                                              len(small["m_grouped_bf16_gemm_nt_masked"]["masked"]))],
+                               einsum=[(small["einsum"]["m"], small["einsum"]["n"], small["einsum"]["batches"])],
+                               tf32_hc_prenorm=[(small["tf32_hc_prenorm_gemm"]["m"], small["tf32_hc_prenorm_gemm"]["n"],
+                                                 small["tf32_hc_prenorm_gemm"]["splits"])],
                                progress=False)
     assert summary["failures"] == [] and summary["compiled"] == summary["kernels"]
     before = jit.stats()
