@@ -12,6 +12,7 @@ cap, so alternating caps keeps a plan per cap warm.
 """
 import contextlib
 import enum
+import functools
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -120,13 +121,19 @@ def _slow_path(op: int, args: tuple, key: Optional[tuple]):
         return layout.run(*args)
 
 
-def k_split_count(m: int, n: int, batches: int, k: int, device_index: int) -> int:
-    """How many K splits the einsum variant's family takes for this shape on this device: the length of the
-    partial-sum buffer `einsum("bmk,bnk->mn")` allocates (deep_gemm/ops/einsum.py)."""
+@functools.lru_cache(maxsize=1024)
+def _k_split_count(m: int, n: int, batches: int, k: int, device_index: int, num_sms: int) -> int:
     arch = device.get_device_arch(device_index)
     if families_of("einsum", arch) != (sm90_bf16_gemm.FAMILY,):
         raise NotImplementedError(f"einsum has no kernel for {arch} yet (device {device_index})")
     return sm90_bf16_gemm.k_split_count(m, n, batches, k, device_index)
+
+
+def k_split_count(m: int, n: int, batches: int, k: int, device_index: int) -> int:
+    """How many K splits the einsum variant's family takes for this shape on this device under the current
+    `set_num_sms` cap: the length of the partial-sum buffer `einsum("bmk,bnk->mn")` allocates
+    (deep_gemm/ops/einsum.py)."""
+    return _k_split_count(m, n, batches, k, device_index, device.get_num_sms(device_index))
 
 
 def get_launch_path() -> str:

@@ -7,7 +7,6 @@ the absorbed query product, on the BF16 kernel family's batched forms (and the F
   each split writes an FP32 partial sum and the splits are added in a fixed order, so results are bitwise
   reproducible (DeepGEMM adds its splits with atomics, whose order varies from run to run).
 """
-import functools
 from typing import Optional, Tuple
 
 import torch
@@ -77,7 +76,7 @@ def _sum_over_batches(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Opti
     if use_cublaslt:
         total = torch.einsum("bmk,bnk->mn", a.float(), b.float())
     else:
-        splits = _splits(m, n, batches, k, a.device.index)
+        splits = k_split_count(m, n, batches, k, a.device.index)
         partial = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
         call(_EINSUM, a, b, partial, 1)
         total = partial[0] if splits == 1 else partial.sum(0)
@@ -87,11 +86,6 @@ def _sum_over_batches(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Opti
         d.add_(total)
     else:
         torch.add(c, total, out=d)
-
-
-@functools.lru_cache(maxsize=1024)
-def _splits(m: int, n: int, batches: int, k: int, device_index: int) -> int:
-    return k_split_count(m, n, batches, k, device_index)
 
 
 def fp8_einsum(expr: str, a: Tuple[torch.Tensor, torch.Tensor], b: Tuple[torch.Tensor, torch.Tensor],
