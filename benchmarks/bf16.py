@@ -83,6 +83,16 @@ def _diff_of(runner, outs, ref):
     return lambda lib: runner.calc_diff(outs[lib].float(), ref)
 
 
+def _fresh_diff(runner, outs, calls, ref):
+    """For calls that accumulate into their output: one call into zeros, then calc_diff."""
+    def check(lib):
+        outs[lib].zero_()
+        calls[lib]()
+        torch.cuda.synchronize()
+        return runner.calc_diff(outs[lib], ref)
+    return check
+
+
 def suite_dense(runner, libs, layouts, ms):
     cases = [(layout, m, n, k, torch.bfloat16) for layout in layouts for m in ms for n, k in NK]
     cases += [(layout, m, n, k, torch.float32) for layout in layouts for m in ms for n, k in FP32_NK]
@@ -160,14 +170,8 @@ def suite_k_grouped(runner, libs):
         outs = {lib: torch.zeros((g, m, n), device="cuda") for lib in libs}
         calls = {lib: (lambda mod=mod, d=outs[lib]: mod.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, layout, d))
                  for lib, mod in libs.items()}
-
-        def check(lib):
-            outs[lib].zero_()
-            calls[lib]()
-            torch.cuda.synchronize()
-            return runner.calc_diff(outs[lib], ref)
-
-        runner.case("k_grouped", f"G={g} m={m} n={n} k={total}", 2 * m * n * total, calls, check)
+        runner.case("k_grouped", f"G={g} m={m} n={n} k={total}", 2 * m * n * total, calls,
+                    _fresh_diff(runner, outs, calls, ref))
 
 
 def suite_einsum(runner, libs):
@@ -181,14 +185,8 @@ def suite_einsum(runner, libs):
             outs = {lib: torch.zeros((m, n), device="cuda") for lib in libs}
             calls = {lib: (lambda mod=mod, d=outs[lib]: mod.einsum("bmk,bnk->mn", a, b, d, c=d))
                      for lib, mod in libs.items()}
-
-            def check(lib):
-                outs[lib].zero_()
-                calls[lib]()
-                torch.cuda.synchronize()
-                return runner.calc_diff(outs[lib], ref)
-
-            runner.case("einsum", f"bmk s={s} m={m} n={n} k={k} fp32+=", 2 * s * m * n * k, calls, check)
+            runner.case("einsum", f"bmk s={s} m={m} n={n} k={k} fp32+=", 2 * s * m * n * k, calls,
+                        _fresh_diff(runner, outs, calls, ref))
     for expr in ("bhr,hdr->bhd", "bhd,hdr->bhr"):
         for h, r, d in [(128, 512, 128), (8, 4096, 1024)]:
             for bsz in (4, 32, 128, 4096, 8192):

@@ -438,21 +438,34 @@ def normalise_masked(a, b, d, masked_m, expected_m) -> BF16Layout:
                    rows=num_groups * m_max, hint_m=hint)
 
 
+def _batched_operands(a, b, d, d_dtype, d_shape, what: str) -> torch.device:
+    """The checks both batched forms share, once a's and b's outer dimensions agree: dtypes, d's shape (`d_shape`,
+    with `what` naming its dimensions), one CUDA device, d overlapping neither input. Returns the device."""
+    checks.check_tensor(d, "d", d_dtype, 3)
+    checks.check_shape(d, "d", d_shape, what)
+    named = list(zip(_NAMES, (a, b, d)))
+    device = checks.check_same_cuda_device(named)
+    checks.check_no_overlap(d, "d", named[:2])
+    return device
+
+
+def _batched_inputs(a, b, what: str) -> None:
+    """a [X, *, k] and b [X, n, k] BF16 with the same X (`what`: its name) and k."""
+    checks.check_tensor(a, "a", torch.bfloat16, 3)
+    checks.check_tensor(b, "b", torch.bfloat16, 3)
+    if b.shape[0] != a.shape[0 if what == "batches" else 1] or b.shape[2] != a.shape[2]:
+        x = a.shape[0 if what == "batches" else 1]
+        raise ValueError(f"b must have shape ({x}, n, {a.shape[2]}) to match a's {what} and k, got {tuple(b.shape)}")
+
+
 def normalise_heads(a, b, d) -> BF16Layout:
     """Every layout check of the per-head batched GEMM (einsum `bhr,hdr->bhd` and `bhd,hdr->bhr`): d[m, h, n] =
     a[m, h, k] @ b[h, n, k]^T for every head h. a's heads lie side by side in its rows (stride(1) == k, stride(2) ==
     1); b [h, n, k] K-major or MN-major with its heads stacked uniformly; d [m, h, n] with stride(2) == 1, BF16."""
-    checks.check_tensor(a, "a", torch.bfloat16, 3)
-    checks.check_tensor(b, "b", torch.bfloat16, 3)
-    checks.check_tensor(d, "d", torch.bfloat16, 3)
+    _batched_inputs(a, b, "heads")
     m, heads, k = a.shape
-    if b.shape[0] != heads or b.shape[2] != k:
-        raise ValueError(f"b must have shape ({heads}, n, {k}) to match a's heads and k, got {tuple(b.shape)}")
     n = b.shape[1]
-    checks.check_shape(d, "d", (m, heads, n), "m x heads x n")
-    named = list(zip(_NAMES, (a, b, d)))
-    device = checks.check_same_cuda_device(named)
-    checks.check_no_overlap(d, "d", named[:2])
+    device = _batched_operands(a, b, d, torch.bfloat16, (m, heads, n), "m x heads x n")
     nothing = m == 0 or n == 0 or heads == 0
     mn_major_b = False
     if not nothing and k > 0:
@@ -481,18 +494,12 @@ def normalise_k_splits(a, b, d) -> BF16Layout:
     a[s] @ b[s]^T over split g of the walk over (s, K block) in order, for d [splits, m, n] FP32 contiguous; a [S, m,
     k], b [S, n, k] K-major with their batches stacked uniformly. Every split must get at least one K block
     (`k_split_count` gives a valid count); the caller adds the splits up."""
-    checks.check_tensor(a, "a", torch.bfloat16, 3)
-    checks.check_tensor(b, "b", torch.bfloat16, 3)
-    checks.check_tensor(d, "d", torch.float32, 3)
+    _batched_inputs(a, b, "batches")
     batches, m, k = a.shape
-    if b.shape[0] != batches or b.shape[2] != k:
-        raise ValueError(f"b must have shape ({batches}, n, {k}) to match a, got {tuple(b.shape)}")
     n = b.shape[1]
+    checks.check_tensor(d, "d", torch.float32, 3)
     splits = d.shape[0]
-    checks.check_shape(d, "d", (splits, m, n), "splits x m x n")
-    named = list(zip(_NAMES, (a, b, d)))
-    device = checks.check_same_cuda_device(named)
-    checks.check_no_overlap(d, "d", named[:2])
+    device = _batched_operands(a, b, d, torch.float32, (splits, m, n), "splits x m x n")
     nothing = m == 0 or n == 0
     if not nothing and batches * k > 0:
         total = batches * ceil_div(k, BLOCK_K)

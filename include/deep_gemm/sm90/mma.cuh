@@ -136,13 +136,8 @@ struct BF16WGMMA {
 //   desc_lo_a/b(smem address)  the descriptor low word of a stage's A / B tile;
 //   load_a/b<kShared, kRows>(map, barrier, smem, k, row, is_leader, hint)  the TMA load(s) of one stage's tile of
 //                  kRows rows (multicast to the cluster pair by its leader when kShared).
-struct FP8E4M3Operands {
-    static constexpr uint32_t kElementBytes = 1;
-    static constexpr uint32_t kBlockK = 128;
-    static constexpr uint32_t kRowBytesB = 128;
-    template <uint32_t BLOCK_N>
-    using MMA = FP8WGMMA<BLOCK_N>;
-
+// The part of a policy whose A (and B) stage tiles are K-major 128-byte swizzled rows loaded by one TMA box each.
+struct KMajorSw128Loads {
     __device__ __forceinline__ static uint32_t desc_lo_a(uint32_t smem_addr) { return kmajor_sw128_desc_lo(smem_addr); }
     __device__ __forceinline__ static uint32_t desc_lo_b(uint32_t smem_addr) { return kmajor_sw128_desc_lo(smem_addr); }
     template <bool kShared, uint32_t kRows>
@@ -150,10 +145,19 @@ struct FP8E4M3Operands {
                                                   int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
         tma_load_operand<kShared>(map, bar, smem, k_idx, row, is_leader, hint);
     }
+};
+
+struct FP8E4M3Operands : KMajorSw128Loads {
+    static constexpr uint32_t kElementBytes = 1;
+    static constexpr uint32_t kBlockK = 128;
+    static constexpr uint32_t kRowBytesB = 128;
+    template <uint32_t BLOCK_N>
+    using MMA = FP8WGMMA<BLOCK_N>;
+
     template <bool kShared, uint32_t kRows>
     __device__ __forceinline__ static void load_b(const TmaDescriptor* map, const Barrier* bar, void* smem,
                                                   int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
-        tma_load_operand<kShared>(map, bar, smem, k_idx, row, is_leader, hint);
+        load_a<kShared, kRows>(map, bar, smem, k_idx, row, is_leader, hint);
     }
 };
 
@@ -249,20 +253,13 @@ struct TF32RegAWGMMA {
 // (64 elements = one 128-byte swizzled row per stage) and converted to FP32 in registers, exactly; B's 64 FP32 per
 // row and stage are two TMA boxes of 32 (128 bytes each), one after the other. The MMA reads A from registers (its
 // kernel's own K loop, not the shell's issue_mma).
-struct TF32RegAOperands {
+struct TF32RegAOperands : KMajorSw128Loads {
     static constexpr uint32_t kElementBytes = 2;
     static constexpr uint32_t kBlockK = 64;
     static constexpr uint32_t kRowBytesB = kBlockK * 4;
     template <uint32_t BLOCK_N>
     using MMA = TF32RegAWGMMA<BLOCK_N>;
 
-    __device__ __forceinline__ static uint32_t desc_lo_a(uint32_t smem_addr) { return kmajor_sw128_desc_lo(smem_addr); }
-    __device__ __forceinline__ static uint32_t desc_lo_b(uint32_t smem_addr) { return kmajor_sw128_desc_lo(smem_addr); }
-    template <bool kShared, uint32_t kRows>
-    __device__ __forceinline__ static void load_a(const TmaDescriptor* map, const Barrier* bar, void* smem,
-                                                  int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
-        tma_load_operand<kShared>(map, bar, smem, k_idx, row, is_leader, hint);
-    }
     template <bool kShared, uint32_t kRows>
     __device__ __forceinline__ static void load_b(const TmaDescriptor* map, const Barrier* bar, void* smem,
                                                   int32_t k_idx, int32_t row, bool is_leader, uint64_t hint) {
