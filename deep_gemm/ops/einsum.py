@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 import torch
 
 from ..families import checks
+from ..utils.math import ceil_div
 from ..runtime import Op, call, k_split_count
 from .bmm import bmm_fp8_fp8_bf16_nt
 
@@ -110,9 +111,19 @@ def fp8_einsum(expr: str, a: Tuple[torch.Tensor, torch.Tensor], b: Tuple[torch.T
     y, sy = checks.unpack_pair(b, "b")
     checks.check_tensor(x, "a[0]", torch.float8_e4m3fn, 3)
     checks.check_tensor(sx, "a[1]", torch.float32, 3)
+    checks.check_tensor(y, "b[0]", torch.float8_e4m3fn, 3)
+    checks.check_tensor(sy, "b[1]", torch.float32, 3)
     checks.check_tensor(d, "d", torch.bfloat16, 3)
-    if d.shape[:2] != x.shape[:2]:
-        raise ValueError(f"d must have shape ({x.shape[0]}, {x.shape[1]}, d) to match a, got {tuple(d.shape)}")
+    # The checks in this call's names and shapes; the BMM below sees transposed views under its own names.
+    num_tokens, heads, r = x.shape
+    if y.shape[0] != heads or y.shape[2] != r:
+        raise ValueError(f"b[0] must have shape ({heads}, d, {r}) to match a[0]'s heads and r, got {tuple(y.shape)}")
+    out_cols = y.shape[1]
+    checks.check_shape(sx, "a[1]", (num_tokens, heads, ceil_div(r, 128)), "b x h x ceil(r/128)")
+    checks.check_shape(sy, "b[1]", (heads, ceil_div(out_cols, 128), ceil_div(r, 128)),
+                       "h x ceil(d/128) x ceil(r/128)")
+    checks.check_shape(d, "d", (num_tokens, heads, out_cols), "b x h x d")
+    checks.check_same_cuda_device([("a[0]", x), ("a[1]", sx), ("b[0]", y), ("b[1]", sy), ("d", d)])
     out = torch.empty((d.shape[1], d.shape[0], d.shape[2]), dtype=torch.bfloat16, device=d.device)
     bmm_fp8_fp8_bf16_nt((x.transpose(0, 1).contiguous(), sx.transpose(0, 1)), (y, sy), out)
     d.copy_(out.transpose(0, 1))

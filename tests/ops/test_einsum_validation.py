@@ -55,3 +55,22 @@ def test_fp8_einsum_refuses_what_sm90_cannot_do():
         deep_gemm.fp8_einsum("bhr,hdr->bhd", x, y, d, recipe=(1, 1, 128))
     with pytest.raises(TypeError, match="a must be a \\(tensor, scales\\) pair"):
         deep_gemm.fp8_einsum("bhr,hdr->bhd", x[0], y, d)
+
+
+@pytest.mark.parametrize("which,value,exc,match", [
+    ("y", _z(2, 128, 128), TypeError, r"b\[0\] must have dtype torch.float8_e4m3fn"),
+    ("y", _z(3, 128, 128, dtype=torch.float8_e4m3fn), ValueError, r"b\[0\] must have shape \(2, d, 128\)"),
+    ("sy", _z(2, 1, 1), TypeError, r"b\[1\] must have dtype torch.float32"),
+    ("sx", _z(4, 2, 2, dtype=torch.float32), ValueError, r"a\[1\] must have shape \(4, 2, 1\)"),
+    ("d", _z(4, 2, 64), ValueError, r"d must have shape \(4, 2, 128\)"),
+    (None, None, ValueError, r"a\[0\] must be a CUDA tensor"),
+])
+def test_fp8_einsum_names_its_own_arguments(which, value, exc, match):
+    """Errors use fp8_einsum's names and shapes (not those of the BMM it runs on transposed views)."""
+    fp8 = torch.float8_e4m3fn
+    args = dict(x=_z(4, 2, 128, dtype=fp8), sx=_z(4, 2, 1, dtype=torch.float32), y=_z(2, 128, 128, dtype=fp8),
+                sy=_z(2, 1, 1, dtype=torch.float32), d=_z(4, 2, 128))
+    if which is not None:
+        args[which] = value
+    with pytest.raises(exc, match=match):
+        deep_gemm.fp8_einsum("bhr,hdr->bhd", (args["x"], args["sx"]), (args["y"], args["sy"]), args["d"])
