@@ -29,7 +29,7 @@ FUNCTION_K_SPLITS = "deep_gemm::sm90::bmn_bnk_mn_gemm_impl"
 # The kernel's parameters, in its signature's order.
 PARAMS = (("tensor_map_a", TENSOR_MAP), ("tensor_map_b", TENSOR_MAP), ("tensor_map_d", TENSOR_MAP),
           ("shape_m", U32), ("shape_k", U32), ("num_k_blocks", U32), ("grouped_layout", POINTER), ("num_groups", U32),
-          ("d", POINTER), ("d_row_stride", U32), ("k_blocks_per_split", U32))
+          ("d", POINTER), ("d_row_stride", U32))
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class Operands:
     hint_m: int = 0
     a_cols: int = 0           # batched: the columns of A's 2-D view (heads x k; else k)
     d_outer_stride: int = 0   # batched: D's stride (elements) between heads / splits
-    k_blocks_per_split: int = 0
+    num_k_blocks: int = 0     # the kernel's K walk (0: ceil(k / 64); K splits: every batch's blocks)
 
 
 def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: str):
@@ -146,15 +146,12 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
                       (cfg.swizzle_d_bytes // out_bytes, 64, 1), cfg.swizzle_d_bytes)
     params.u32("shape_m", ops.m)
     params.u32("shape_k", ops.k)
-    # K splits walk every batch's K blocks (rows / m batches of ceil(k / 64)).
-    k_blocks = ceil_div(ops.k, BLOCK_K)
-    params.u32("num_k_blocks", k_blocks * (ops.rows // ops.m if kind.batch_splits_k else 1))
+    params.u32("num_k_blocks", ops.num_k_blocks or ceil_div(ops.k, BLOCK_K))
     grouped = kind.gemm_type not in (KernelType.NORMAL, KernelType.BATCHED)
     params.pointer("grouped_layout", 3 if grouped else None)
     params.u32("num_groups", ops.num_groups)
     params.pointer("d", 2)
     params.u32("d_row_stride", ops.d_stride)
-    params.u32("k_blocks_per_split", ops.k_blocks_per_split)
     launches = [params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)]
     num_tensors = 4 if grouped else 3
     return make_plan(kernel.function, device_index, (15, 15, 15, 3)[:num_tensors], extents, (2,), launches)
@@ -287,11 +284,9 @@ class BF16Layout:
         heads, n]. K splits: A [S, m, k] / B [S, n, k] as their stacked rows, D the partial sums [splits, m, n]."""
         if self.kind.batch_splits_k:
             a2, b2 = checks.rows_view(a, "a"), checks.rows_view(b, "b")
-            k_blocks = self.batches * ceil_div(self.k, BLOCK_K)
             return Operands(self.m, self.n, self.k, self.kind, checks.tma_row_stride(a2), checks.tma_row_stride(b2),
                             d.stride(1), a2.shape[0], b2.shape[0], self.num_groups, a_cols=self.k,
-                            d_outer_stride=d.stride(0),
-                            k_blocks_per_split=ceil_div(k_blocks, self.num_groups))
+                            d_outer_stride=d.stride(0), num_k_blocks=self.batches * ceil_div(self.k, BLOCK_K))
         heads = self.num_groups
         a_stride = a.stride(0) if self.m > 1 else ceil_div(heads * self.k, 8) * 8
         _, b_stride = _grouped_b_layout(b)
@@ -491,9 +486,9 @@ def normalise_heads(a, b, d) -> BF16Layout:
 
 def normalise_k_splits(a, b, d) -> BF16Layout:
     """Every layout check of the K-split sum over batches (einsum `bmk,bnk->mn`): d[g] = the FP32 sum of
-    a[s] @ b[s]^T over split g of the walk over (s, K block) in order, for d [splits, m, n] FP32 contiguous; a [S, m,
-    k], b [S, n, k] K-major with their batches stacked uniformly. Every split must get at least one K block
-    (`k_split_count` gives a valid count); the caller adds the splits up."""
+    a[s] @ b[s]^T over split g of the walk over (s, K block) in order (contiguous ranges, the first ones a block
+    longer), for d [splits, m, n] FP32 contiguous; a [S, m, k], b [S, n, k] K-major with their batches stacked
+    uniformly. Every split gets at least one K block (splits <= the blocks); the caller adds the splits up."""
     _batched_inputs(a, b, "batches")
     batches, m, k = a.shape
     n = b.shape[1]
@@ -503,7 +498,7 @@ def normalise_k_splits(a, b, d) -> BF16Layout:
     nothing = m == 0 or n == 0
     if not nothing and batches * k > 0:
         total = batches * ceil_div(k, BLOCK_K)
-        if total == 0 or splits < 1 or splits != ceil_div(total, ceil_div(total, splits)):
+        if not 1 <= splits <= total:
             raise ValueError(f"d has {splits} splits for {total} K blocks: every split needs at least one "
                              f"(use k_split_count)")
         for t, name in ((a, "a"), (b, "b")):
@@ -521,16 +516,15 @@ def normalise_k_splits(a, b, d) -> BF16Layout:
 
 
 def k_split_count(m: int, n: int, batches: int, k: int, device_index: int) -> int:
-    """The number of K splits the einsum variant's K-split form takes for this shape: enough for one wave of tiles over the
-    SMs, each split at least one K block."""
+    """The number of K splits the einsum variant's K-split form takes for this shape: enough for one wave of tiles
+    over the SMs, each split at least one K block."""
     total = batches * ceil_div(k, BLOCK_K)
     if min(m, n, total) <= 0:
         return 1
     config = kernel_choice(m, n, get_num_sms(device_index), KernelKind(False, False, True, False, KernelType.BATCHED,
                                                                        batch_splits_k=True), 1)
     tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
-    splits = max(1, min(get_num_sms(device_index) // tiles, total))
-    return ceil_div(total, ceil_div(total, splits))
+    return max(1, min(get_num_sms(device_index) // tiles, total))
 
 
 # The dense forms a warm-up shape compiles: a layer's forward (nt, BF16 d), its input gradient (nn: B MN-major) and its

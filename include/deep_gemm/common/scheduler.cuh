@@ -35,6 +35,19 @@ __host__ __device__ constexpr bool has_group_row_ends(GemmType type) {
     return walks_groups(type) or type == GemmType::Batched;
 }
 
+// `num_k_blocks` K blocks cut into `num_splits` contiguous ranges, the first num_k_blocks % num_splits of them one
+// block longer (DeepGEMM's cut of the pre-norm GEMM's K): a split's first block and its count (0 when there are more
+// splits than blocks). Built once per kernel (the divisions), asked per tile.
+struct KSplits {
+    uint32_t per_split;
+    uint32_t longer;
+
+    __device__ __forceinline__ KSplits(uint32_t num_k_blocks, uint32_t num_splits)
+        : per_split(num_k_blocks / num_splits), longer(num_k_blocks % num_splits) {}
+    __device__ __forceinline__ uint32_t first(uint32_t split) const { return split * per_split + min(split, longer); }
+    __device__ __forceinline__ uint32_t count(uint32_t split) const { return per_split + (split < longer ? 1u : 0u); }
+};
+
 // One output tile, as the producer and the math warpgroups see it.
 struct Tile {
     uint32_t m_block;     // block index inside the group (masked) or the whole M range (normal, contiguous)

@@ -12,8 +12,9 @@
 //  - heads (false): batch g is a head whose A columns sit at [g * shape_k, (g + 1) * shape_k) of A's rows (A [m, G * k],
 //    the einsum's [b, h, r] as a 2-D view), B stacked as for the MoE types, D a 3-D map [G][m][n] of any strides;
 //  - K splits (true): D[m, n] = sum over batches s of A_s B_s^T with A [S * m, k] and B [S * n, k] stacked by rows;
-//    the S * ceil(k / 64) K blocks of that sum are walked in `num_groups` contiguous splits, split g writing its FP32
-//    partial sum to D [g][m][n] (the caller adds the splits up in a fixed order: deterministic).
+//    the S * ceil(k / 64) K blocks of that sum are walked in `num_groups` contiguous splits (KSplits,
+//    common/scheduler.cuh), split g writing its FP32 partial sum to D [g][m][n] (the caller adds the splits up in a
+//    fixed order: deterministic).
 
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
@@ -43,15 +44,14 @@ constexpr uint32_t bf16_gemm_smem_size() {
 // K is a run-time value (num_k_blocks = ceil(k / 64); TMA reads zeros past k). Grouped launches: A / D hold every
 // expert's rows ([m_sum, *], or [G * m_max, *] for masked: shape_m = m_max), B is [G * n, k] (K-major) or
 // [G * k, n] (MN-major, shape_k = k), `grouped_layout` is m_indices, masked_m or the running row counts, and `d` /
-// `d_row_stride` (elements) address D for the rows a TMA box cannot express; `k_blocks_per_split` is the K split's
-// length in K blocks (batched K splits; else unused).
+// `d_row_stride` (elements) address D for the rows a TMA box cannot express. Batched K splits: num_k_blocks counts
+// every batch's blocks.
 template <typename Config>
 __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, const TmaDescriptor& tensor_map_b,
                                           const TmaDescriptor& tensor_map_d, const uint32_t shape_m,
                                           const uint32_t shape_k, const uint32_t num_k_blocks,
                                           const int32_t* __restrict__ grouped_layout, const uint32_t num_groups,
-                                          uint8_t* __restrict__ d, const uint32_t d_row_stride,
-                                          const uint32_t k_blocks_per_split) {
+                                          uint8_t* __restrict__ d, const uint32_t d_row_stride) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape and the composition: BF16 operands, no promotion, per-warpgroup output tiles ----
     constexpr GemmType kGemmType = Config::kGemmType;
@@ -97,10 +97,8 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
     // K splits: the tile's K blocks of the flattened walk over (batch, K block).
     const uint32_t k_blocks_per_batch = ceil_div(shape_k, Operands::kBlockK);
-    auto split_k_blocks = [&](const Tile& tile) {
-        const uint32_t first = tile.group * k_blocks_per_split;
-        return kKSplits ? min(num_k_blocks - first, k_blocks_per_split) : num_k_blocks;
-    };
+    const KSplits splits(num_k_blocks, kKSplits ? num_groups : 1u);
+    auto tile_k_blocks = [&](const Tile& tile) { return kKSplits ? splits.count(tile.group) : num_k_blocks; };
 
     if (Shell::is_producer()) {
         auto operands = [&](const Tile& tile) {
@@ -111,12 +109,12 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
             ops.n_idx = static_cast<int32_t>((Config::kMNMajorB or kKSplits ? 0 : tile.group * SHAPE_N) +
                                              tile.n_block * BLOCK_N);
             ops.b_k_offset = Config::kMNMajorB ? static_cast<int32_t>(tile.group * shape_k) : 0;
-            ops.num_k_blocks = split_k_blocks(tile);
+            ops.num_k_blocks = tile_k_blocks(tile);
             if constexpr (kBatched and not kKSplits)
                 ops.a_k_offset = static_cast<int32_t>(tile.group * shape_k);
             if constexpr (kKSplits) {
                 // The split's first K block, as (batch, K block inside it); the walk then wraps batch by batch.
-                const uint32_t first = tile.group * k_blocks_per_split;
+                const uint32_t first = splits.first(tile.group);
                 const uint32_t batch = first / k_blocks_per_batch;
                 ops.first_k_block = first - batch * k_blocks_per_batch;
                 ops.m_idx += static_cast<int32_t>(batch * shape_m);
@@ -159,7 +157,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                     for (uint32_t i = 0; i < kNumAccum; ++i)
                         accum[s][i] = 0.0f;
             } else {
-                k_loop.run(split_k_blocks(tile));
+                k_loop.run(tile_k_blocks(tile));
             }
             // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> BF16 / FP32 smem tile -> TMA ----
             #pragma unroll
@@ -213,10 +211,9 @@ bf16_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  // A [m, k] 
                const int32_t* __restrict__ grouped_layout,  // grouped only (else unused)
                const uint32_t num_groups,
                uint8_t* __restrict__ d,
-               const uint32_t d_row_stride,
-               const uint32_t k_blocks_per_split) {
+               const uint32_t d_row_stride) {
     bf16_gemm<Config>(tensor_map_a, tensor_map_b, tensor_map_d, shape_m, shape_k, num_k_blocks, grouped_layout,
-                      num_groups, d, d_row_stride, k_blocks_per_split);
+                      num_groups, d, d_row_stride);
 }
 
 // The same kernel under the name DeepGEMM gives its `bmk,bnk->mn` einsum kernel (the batched K splits), so that
@@ -232,10 +229,9 @@ bmn_bnk_mn_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,
                      const int32_t* __restrict__ grouped_layout,
                      const uint32_t num_groups,
                      uint8_t* __restrict__ d,
-                     const uint32_t d_row_stride,
-                     const uint32_t k_blocks_per_split) {
+                     const uint32_t d_row_stride) {
     bf16_gemm<Config>(tensor_map_a, tensor_map_b, tensor_map_d, shape_m, shape_k, num_k_blocks, grouped_layout,
-                      num_groups, d, d_row_stride, k_blocks_per_split);
+                      num_groups, d, d_row_stride);
 }
 
 }  // namespace deep_gemm::sm90

@@ -61,10 +61,7 @@ tf32_hc_prenorm_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  /
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_d);
     using Scheduler = typename Shell::template Scheduler<GemmType::Batched, Config::SHAPE_N>;
     auto make_scheduler = [&] { return Scheduler(shape_m, nullptr, num_splits); };
-    // Split s's K blocks: [first, first + count), as DeepGEMM cuts them.
-    const uint32_t per_split = num_k_blocks / num_splits, longer = num_k_blocks % num_splits;
-    auto split_first = [&](uint32_t s) { return s * per_split + min(s, longer); };
-    auto split_count = [&](uint32_t s) { return per_split + (s < longer ? 1u : 0u); };
+    const KSplits splits(num_k_blocks, num_splits);
 
     if (Shell::is_producer()) {
         auto operands = [&](const Tile& tile) {
@@ -73,8 +70,8 @@ tf32_hc_prenorm_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  /
             ops.map_b = &tensor_map_b;
             ops.m_idx = static_cast<int32_t>(tile.m_block * BLOCK_M);
             ops.n_idx = 0;
-            ops.first_k_block = split_first(tile.group);
-            ops.num_k_blocks = split_count(tile.group);
+            ops.first_k_block = splits.first(tile.group);
+            ops.num_k_blocks = splits.count(tile.group);
             ops.scale_row = 0;
             ops.skip = ops.num_k_blocks == 0;
             ops.peer_shares_b = true;
@@ -89,7 +86,7 @@ tf32_hc_prenorm_gemm_impl(const __grid_constant__ TmaDescriptor tensor_map_a,  /
         typename Shell::Stages stages;
         float accum[kNumAccum];
         while (scheduler.next(tile)) {
-            const uint32_t count = split_count(tile.group);
+            const uint32_t count = splits.count(tile.group);
             float sqr[2] = {0.0f, 0.0f};
             #pragma unroll
             for (uint32_t i = 0; i < kNumAccum; ++i)
