@@ -5,14 +5,15 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
           masked, psum, bmm, wgrad, k_grouped
   CASE   any other GEMM variant: its tests/gemm_cases.py SPECS problem as a JSON object with the fields of the
          spec's small problem, e.g. '{"m": 4096, "n": 7168, "k": 2048}' (the dense 1D2D grid where it has m, n, k);
-         dense, wgrad: MxNxK;  contiguous, masked, psum: G:m:n:k (rows per group m x U(0.7, 1.3) with the
+         dense, wgrad, bf16 (nt, BF16 d): MxNxK;  contiguous, masked, psum: G:m:n:k (rows per group m x U(0.7, 1.3) with the
          seeds of benchmarks/bench.py; --skew draws skewed expert loads around m instead: a fifth of the experts
          empty, a tenth at 4m);  k_grouped: MxNxK:G (G groups of K each, one launch);  bmm: BxMxNxK (B batches)
   --bm / --bn        block sizes of the candidate grid (defaults per family); every legal pair, with and without
                      2-CTA multicast where the family and shape allow it (dense, contiguous, masked, psum)
   --max-stages S ... dense / contiguous / masked / psum: also try pipelines at most S deep
-  --configs BMxBN[:STAGES][:mcA|mcB] ...   time exactly these (STAGES: the depth for wgrad families, the maximum
-                     for the others) instead of the grid
+  --configs BMxBN[:STAGES][:mcA|mcB|:ksS] ...   time exactly these (STAGES: the depth for wgrad families, the
+                     maximum for the others; ksS: bf16's K cut over a cluster of S CTAs) instead of the grid
+  bf16's grid: every legal tile at m <= 128 with every cluster K split of one wave (--bn narrows it)
 Every candidate is compiled in parallel first, checked against the dequantised reference (dense, wgrad,
 k_grouped), then timed with the bench method (kineto kernel time, L2 flush per call); '*' marks the heuristic's pick.
 """
@@ -34,7 +35,7 @@ FAMILIES = variants_on("sm_90a", gemm=True)
 # without a problem maker of its own takes its tests/gemm_cases.py SPECS problem (`_spec_problem`), so a new variant
 # is tunable without an edit here.
 _OWN_FORMS = dict(dense="MxNxK", contiguous="G:m:n:k", masked="G:m:n:k", psum="G:m:n:k", bmm="BxMxNxK",
-                  wgrad="MxNxK", k_grouped="MxNxK:G")
+                  wgrad="MxNxK", k_grouped="MxNxK:G", bf16="MxNxK")
 SPEC_FORM = "JSON"
 CASE_FORMS = {name: _OWN_FORMS.get(name, SPEC_FORM) for name in FAMILIES}
 DEFAULT_TESTS = {name: dict(dense=15, bmm=15).get(name, 10) for name in FAMILIES}
@@ -75,7 +76,7 @@ def parse_case(family: str, case: str):
             values = [int(v) for v in shape.split("x")] + ([int(groups)] if family == "k_grouped" else [])
             if family != "k_grouped" and groups:
                 raise ValueError
-        if len(values) != 4 - (family in ("dense", "wgrad")):
+        if len(values) != 4 - (family in ("dense", "wgrad", "bf16")):
             raise ValueError
     except ValueError:
         form = CASE_FORMS[family]
@@ -86,22 +87,30 @@ def parse_case(family: str, case: str):
 
 
 def parse_config_spec(spec: str):
-    """'BMxBN[:STAGES][:mcA|mcB]' -> (block_m, block_n, multicast, on_a, stages or 0)."""
+    """'BMxBN[:STAGES][:mcA|mcB|:ksS]' -> (block_m, block_n, multicast, on_a, stages or 0, cluster K splits)."""
     try:
         parts = spec.split(":")
         bm, bn = (int(v) for v in parts[0].split("x"))
         stages = [int(p) for p in parts[1:] if p.isdigit()]
-        mc = [p for p in parts[1:] if not p.isdigit()]
-        if len(stages) > 1 or len(mc) > 1 or any(p not in ("mcA", "mcB") for p in mc):
+        mc = [p for p in parts[1:] if p in ("mcA", "mcB")]
+        ks = [int(p[2:]) for p in parts[1:] if p.startswith("ks")]
+        if len(stages) > 1 or len(mc) + len(ks) > 1 or len(stages) + len(mc) + len(ks) != len(parts) - 1:
             raise ValueError
     except ValueError:
-        raise ValueError(f"config {spec!r}: expected BMxBN[:STAGES][:mcA|mcB], e.g. 128x160:mcA") from None
-    return bm, bn, 2 if mc else 1, mc != ["mcB"], stages[0] if stages else 0
+        raise ValueError(f"config {spec!r}: expected BMxBN[:STAGES][:mcA|mcB|:ksS], e.g. 128x160:mcA or "
+                         f"64x64:ks4") from None
+    return bm, bn, 2 if mc else 1, mc != ["mcB"], stages[0] if stages else 0, ks[0] if ks else 1
+
+
+def _no_splits(splits: int) -> None:
+    if splits != 1:
+        raise ValueError("cluster K splits are a bf16 dense configuration")
 
 
 def describe(cfg) -> str:
     mc = "1" if cfg.num_multicast == 1 else f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
-    return f"{cfg.block_m:>3}x{cfg.block_n:<3} mc{mc} st{cfg.num_stages:<2} grid{cfg.num_sms:>3}"
+    ks = f" ks{cfg.cluster_k_splits}" if cfg.cluster_k_splits > 1 else ""
+    return f"{cfg.block_m:>3}x{cfg.block_n:<3} mc{mc}{ks} st{cfg.num_stages:<2} grid{cfg.num_sms:>3}"
 
 
 def _sm90_problem(family, values, bms, bns, skew) -> Problem:
@@ -203,7 +212,8 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
         picked = get_config(GemmProblem(heur_m, n, k, sms, kernel_type=kind, num_groups=groups))
     psum_alignment = align if kind == KernelType.M_GROUPED_PSUM else 0
 
-    def make_config(bm, bn, mc, on_a, stages):
+    def make_config(bm, bn, mc, on_a, stages, splits=1):
+        _no_splits(splits)
         # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: dense M blocks pair
         # up; contiguous and masked pairs are checked on the device, the batched and psum kernels have no B
         # multicast: their M blocks stop at a group's end).
@@ -266,7 +276,8 @@ def _wgrad_problem(family, values, bms, bns) -> Problem:
         torch.cuda.synchronize()
         return calc_diff(out[-1], ref)
 
-    def make_config(bm, bn, mc, on_a, stages):
+    def make_config(bm, bn, mc, on_a, stages, splits=1):
+        _no_splits(splits)
         if not sm90_wgrad.legal_block(bm, bn):
             raise ValueError(f"block {bm}x{bn} is not a legal weight-gradient tile")
         return sm90_wgrad.build_wgrad_config(m, n, groups, bm, bn, sms, mc, on_a, stages)
@@ -310,7 +321,8 @@ def _spec_problem(family, values, bms, bns) -> Problem:
         case.check()  # raises on a wrong value or a written guard band
         return None
 
-    def make_config(bm, bn, mc, on_a, stages):
+    def make_config(bm, bn, mc, on_a, stages, splits=1):
+        _no_splits(splits)
         if not _legal_block(bm, bn):
             raise ValueError(f"block {bm}x{bn} is not a legal 1D2D tile")
         return build_sm90_config(*mnk, bm, bn, sms, mc, on_a, stages or MAX_STAGES)
@@ -329,9 +341,60 @@ def _spec_problem(family, values, bms, bns) -> Problem:
                    make_config, None, grid, check)
 
 
+def _bf16_problem(values, bms, bns) -> Problem:
+    """bf16: the dense nt BF16 GEMM (BF16 d), with cluster K splits at m <= 128."""
+    import torch
+
+    import deep_gemm
+    from deep_gemm.families import sm90_bf16_gemm
+    from deep_gemm.heuristics.common import ceil_div
+    from deep_gemm.heuristics.sm90_bf16 import (BLOCK_NS, MAX_CLUSTER_K_SPLITS, build_bf16_config, get_bf16_config,
+                                                legal_block, max_clusters)
+    from deep_gemm.testing import calc_diff
+    m, n, k = values
+    sms = deep_gemm.get_num_sms()
+    kind = sm90_bf16_gemm.KernelKind(False, False, False, False)
+    a = torch.randn((m, k), device="cuda", dtype=torch.bfloat16)
+    b = torch.randn((n, k), device="cuda", dtype=torch.bfloat16)
+    out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+    ref = a.float() @ b.float().t()
+
+    def fn():
+        deep_gemm.bf16_gemm_nt(a, b, out)
+
+    def check():
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        return calc_diff(out, ref)
+
+    def make_config(bm, bn, mc, on_a, stages, splits=1):
+        if mc != 1 or not legal_block(bm, bn, False):
+            raise ValueError(f"{bm}x{bn} (multicast {mc}) is not a tuned bf16 tile")
+        return build_bf16_config(m, n, bm, bn, sms, 2, stages, cluster_k_splits=splits)
+
+    def grid(bms, bns, _max_stages):
+        cfgs = []
+        for bm in bms or [bm for bm in (64, 128) if bm == 64 or m > 64]:
+            for bn in bns or BLOCK_NS:
+                tiles = ceil_div(m, bm) * ceil_div(n, bn)
+                for splits in range(1, MAX_CLUSTER_K_SPLITS + 1 if m <= 128 else 2):
+                    if splits > 1 and tiles > max_clusters(sms, splits):  # one wave of co-resident clusters
+                        continue
+                    try:
+                        cfgs.append(make_config(bm, bn, 1, True, 0, splits))
+                    except ValueError:
+                        continue
+        return cfgs
+    return Problem(f"bf16 {m}x{n}x{k}", fn, "bf16_gemm", 2 * m * n * k, get_bf16_config(m, n, sms, False, 2, k=k),
+                   make_config, lambda cfg: sm90_bf16_gemm.kernel_source(n, cfg, kind), grid, check)
+
+
 def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False) -> Problem:
     """The inputs, call and config builders of one CASE of `family` (on the current CUDA device)."""
     values = parse_case(family, case)
+    if family == "bf16":
+        return _bf16_problem(values, bms, bns)
     if CASE_FORMS[family] == SPEC_FORM:
         return _spec_problem(family, values, bms, bns)
     if family in WGRAD_KERNEL:
@@ -363,7 +426,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bm", type=int, nargs="*", help="BLOCK_M values of the grid (default: per family)")
     p.add_argument("--bn", type=int, nargs="*", help="BLOCK_N values of the grid (default: per family)")
     p.add_argument("--max-stages", type=int, nargs="*", help="dense/contiguous/masked/psum: also these pipeline depths")
-    p.add_argument("--configs", nargs="*", help="BMxBN[:STAGES][:mcA|mcB] to time instead of the grid")
+    p.add_argument("--configs", nargs="*", help="BMxBN[:STAGES][:mcA|mcB|:ksS] to time instead of the grid")
     p.add_argument("--skew", action="store_true",
                    help="contiguous/masked/psum: skewed expert loads (bench.skewed_sizes)")
     p.add_argument("--num-tests", type=int, help="timed calls per config (default: 15 dense, 10 otherwise)")

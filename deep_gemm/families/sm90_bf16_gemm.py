@@ -55,19 +55,25 @@ def kernel_source(n: int, config: GemmConfig, kind: KernelKind) -> jit.KernelSou
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=kind.psum_alignment, kMNMajorA=kind.mn_major_a,
                  kMNMajorB=kind.mn_major_b, kOutputFP32=kind.out_fp32, kAccumulate=kind.accumulate,
-                 kBatchSplitsK=kind.batch_splits_k)
+                 kBatchSplitsK=kind.batch_splits_k, kClusterSplitsK=config.cluster_k_splits)
     return jit.KernelSource(name="sm90_bf16_gemm", header=HEADER,
                             function=FUNCTION_K_SPLITS if kind.batch_splits_k else FUNCTION, config=named)
 
 
-def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 1) -> GemmConfig:
+def heuristic_k(m: int, k: int, kind: KernelKind) -> int:
+    """The k the configuration depends on: a dense call's of m <= 128 rows (its tile and cluster K splits come from
+    the decode model), else none (0)."""
+    return k if kind.gemm_type == KernelType.NORMAL and m <= 128 else 0
+
+
+def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 1, k: int = 0) -> GemmConfig:
     """The configuration a call loads (m: the rows of a dense or contiguous call, the expected rows per group of a
     masked or psum one, the rows of one batch); its source is `kernel_source(n, config, kind)`. `groups`: the groups
-    of a masked or psum call, the heads of a batched one or its K splits."""
+    of a masked or psum call, the heads of a batched one or its K splits; `k`: see heuristic_k."""
     if kind.batch_splits_k:
         return get_forced_config() or get_bf16_ksplit_config(m, n, num_sms, groups)
     return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes, kind.gemm_type,
-                                                  groups)
+                                                  groups, heuristic_k(m, k, kind))
 
 
 @dataclass
@@ -83,12 +89,14 @@ def clear_kernels() -> None:
     _kernels.clear()
 
 
-def _kernel(m: int, n: int, kind: KernelKind, num_sms: int, device_index: int, arch: str, groups: int = 1) -> _Kernel:
+def _kernel(m: int, n: int, kind: KernelKind, num_sms: int, device_index: int, arch: str, groups: int = 1,
+            k: int = 0) -> _Kernel:
     forced = get_forced_config()
-    key = (m, n, kind, groups, num_sms, device_index, arch, forced)
+    k = heuristic_k(m, k, kind)
+    key = (m, n, k, kind, groups, num_sms, device_index, arch, forced)
     kernel = _kernels.get(key)
     if kernel is None:
-        config = kernel_choice(m, n, num_sms, kind, groups)
+        config = kernel_choice(m, n, num_sms, kind, groups, k)
         log.apply_env(read_env())
         log.configs.debug("bf16 m=%d n=%d %s: %s", m, n, kind, config)
         ensure_context(device_index)
@@ -124,7 +132,7 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     """The `_C` plan of D (+)= A B^T: one launch."""
     groups_for_heuristic = ops.num_groups if ops.kind.gemm_type != KernelType.M_GROUPED_CONTIGUOUS else 1
     batched = ops.kind.gemm_type == KernelType.BATCHED
-    kernel = _kernel(ops.hint_m or ops.m, ops.n, ops.kind, num_sms, device_index, arch, groups_for_heuristic)
+    kernel = _kernel(ops.hint_m or ops.m, ops.n, ops.kind, num_sms, device_index, arch, groups_for_heuristic, ops.k)
     cfg, kind = kernel.config, ops.kind
     params = ParamBuffer(PARAMS)
     # A: [rows, k] K-major, or [k, rows] MN-major; B: [b_rows, k] K-major, or [b_rows, n] MN-major (b_rows: G x k
@@ -152,7 +160,7 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     params.u32("num_groups", ops.num_groups)
     params.pointer("d", 2)
     params.u32("d_row_stride", ops.d_stride)
-    launches = [params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)]
+    launches = [params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.cluster_size)]
     num_tensors = 4 if grouped else 3
     return make_plan(kernel.function, device_index, (15, 15, 15, 3)[:num_tensors], extents, (2,), launches)
 
@@ -257,7 +265,7 @@ class BF16Layout:
         """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing."""
         if self.needs_kernel:
             self.family.load(self.hint_m or self.m, self.n, self.kind, self.num_sms, self.device.index, self.arch,
-                             self._heuristic_groups())
+                             self._heuristic_groups(), self.k)
 
     def _heuristic_groups(self) -> int:
         return 1 if self.kind.gemm_type in (KernelType.NORMAL, KernelType.M_GROUPED_CONTIGUOUS) else self.num_groups
@@ -534,7 +542,8 @@ WARMUP_DENSE_KINDS = (KernelKind(False, False, False, False), KernelKind(False, 
 
 
 def warmup_kernels(variant: str, shape: dict, ms, num_sms: int, arch: str, psum_alignment: int):
-    """The kernels calls of one warm-up shape load: dense (m, n): WARMUP_DENSE_KINDS; contiguous (m = all rows, n):
+    """The kernels calls of one warm-up shape load: dense (m, n, k): WARMUP_DENSE_KINDS (k: a dense call's tile and
+    cluster K splits at m <= 128 depend on it); contiguous (m = all rows, n):
     K-major B with per-row group ids; masked (m = expected rows per group, n, num_groups): K-major B; einsum (m, n,
     heads): the per-head GEMMs of m rows and n columns with each head's B K-major (bhr,hdr->bhd) and MN-major
     (bhd,hdr->bhr), and the K splits of an [m, n] sum over batches (bmk,bnk->mn; the split count only sizes the
@@ -551,10 +560,10 @@ def warmup_kernels(variant: str, shape: dict, ms, num_sms: int, arch: str, psum_
         gemm_type = KernelType.M_GROUPED_CONTIGUOUS if variant == "bf16_contiguous" else KernelType.M_GROUPED_MASKED
         kinds = (KernelKind(False, False, False, False, gemm_type),)
         groups = shape.get("num_groups", 1) if gemm_type == KernelType.M_GROUPED_MASKED else 1
-    return [kernel_source(n, kernel_choice(m, n, num_sms, kind, groups), kind) for kind in kinds]
+    return [kernel_source(n, kernel_choice(m, n, num_sms, kind, groups, shape.get("k", 0)), kind) for kind in kinds]
 
 
-BF16 = Variant("bf16", "bf16_gemm_nt", (TENSOR, TENSOR, TENSOR, INT), normalise, warmup_fields=("m", "n"))
+BF16 = Variant("bf16", "bf16_gemm_nt", (TENSOR, TENSOR, TENSOR, INT), normalise, warmup_fields=("m", "n", "k"))
 # One variant for both contiguous layouts, as DeepGEMM's one name with its use_psum_layout flag: (a, b, d,
 # grouped_layout, use_psum_layout, expected_m_for_psum_layout, the mk alignment).
 BF16_CONTIGUOUS = Variant("bf16_contiguous", "m_grouped_bf16_gemm_nt_contiguous",

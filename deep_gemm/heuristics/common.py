@@ -82,9 +82,19 @@ class GemmConfig:
     # (the rest of the stage's A tile is never loaded and only feeds rows the epilogue does not write), and the
     # kernel's tile walk knows there is one M block (kOneMBlock); 0: block_m rows, any number of M blocks.
     a_box_rows: int = 0
+    # CTAs of a cluster that take one output tile together, each one contiguous range of K, and add their partial
+    # tiles up in shared memory (the BF16 GEMM's dense decode sizes); 1: none.
+    cluster_k_splits: int = 1
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster of the launch."""
+        return self.num_multicast * self.cluster_k_splits
 
     def __post_init__(self):
-        if self.num_sms % self.num_multicast != 0:
+        if not 1 <= self.cluster_k_splits <= 8 or (self.cluster_k_splits > 1 and self.num_multicast > 1):
+            raise ValueError(f"cluster_k_splits must be 1-8 without multicast, got {self.cluster_k_splits}")
+        if self.num_sms % self.cluster_size != 0:
             raise ValueError("the grid must be a multiple of the cluster size")
         if self.a_box_rows and (self.a_box_rows % 8 or self.a_box_rows > self.block_m):
             raise ValueError(f"a_box_rows must be a multiple of 8 up to block_m, got {self.a_box_rows}")

@@ -333,7 +333,7 @@ def kernel_key(config: GemmConfig) -> Tuple:
     """What makes two configs the same compiled kernel (everything but the grid size)."""
     return (config.block_m, config.block_n, config.num_stages, config.num_multicast,
             config.multicast_on_a if config.num_multicast > 1 else True, config.swizzle_d_bytes, config.smem_size,
-            config.a_box_rows)
+            config.a_box_rows, config.cluster_k_splits)
 
 
 @functools.lru_cache(maxsize=1024)

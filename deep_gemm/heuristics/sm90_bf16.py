@@ -18,6 +18,41 @@ BLOCK_NS = tuple(range(16, 257, 16))
 COMPUTE_BLOCK_NS = (64, 128, 192, 256)
 # Modelled efficiency of a pipeline this shallow (the K loop waits for each K block before the next is issued).
 _STAGE_EFFICIENCY = {1: 0.4, 2: 0.7, 3: 0.9}
+# Dense calls of m <= 128 rows stream B (memory-bound) and may cut K over a cluster of CTAs (bf16_gemm.cuh,
+# ClusterSplitEpilogue). Their model (decode_us): a fixed cost per call, one more with splits (the partial tiles'
+# exchange), each CTA's K loop (a K block costs its fixed round trip or its A and B rows at one SM's streaming rate),
+# and DRAM shared by the active CTAs (each adds its share, up to the whole card's rate). The constants were chosen
+# so that the picks lose least against the best of an H100 sweep of 320 configurations over 10 shapes (`python -m
+# tools.tune --family bf16`; 3% in geomean, at most 7%; benchmarks/NOTES.md "BF16 decode").
+MAX_CLUSTER_K_SPLITS = 8          # the kernel's limit (a portable cluster)
+DECODE_SPLITS = (1, 2, 3, 4, 6)   # the counts the heuristic picks from (the measured ones)
+_CALL_US = 3.0
+_SPLIT_US = 1.0
+_KBLOCK_US = 0.15
+_CTA_BYTES_PER_US = 80e3
+_CTA_SHARE_BYTES_PER_US = 30e3
+_DRAM_BYTES_PER_US = 2.1e6
+# Candidates modelled within this factor of the fastest count as equal: then the fewest splits, the fewest waves
+# (wide tiles for wide n: the model does not see A's re-reads per tile), the most CTAs.
+_DECODE_TOLERANCE = 1.03
+
+
+def max_clusters(num_sms: int, splits: int) -> int:
+    """Clusters of `splits` CTAs that run at once, assuming GPCs of 16 SMs (a cluster never spans two; H100 and H200
+    have 16-18 SMs per GPC). NOTES: on an H100, grids of 132 CTAs in clusters of 3, 4 or 6 ran 20-40% slower than
+    grids within this bound (the last clusters waited for a second wave)."""
+    return num_sms if splits == 1 else num_sms // 16 * (16 // splits)
+
+
+def decode_us(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, splits: int) -> float:
+    """Modelled time of a dense m <= 128 call with this tile and split count (see the constants above)."""
+    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    clusters = max_clusters(num_sms, splits)
+    ctas = min(tiles, clusters) * splits
+    stage_bytes = (min(m, block_m) + block_n) * BLOCK_K * 2
+    per_cta = ceil_div(ceil_div(k, BLOCK_K), splits) * max(_KBLOCK_US, stage_bytes / _CTA_BYTES_PER_US)
+    dram = (m + n) * k * 2 / min(_DRAM_BYTES_PER_US, ctas * _CTA_SHARE_BYTES_PER_US)
+    return _CALL_US + (_SPLIT_US if splits > 1 else 0.0) + max(num_waves(tiles, clusters) * per_cta, dram)
 
 
 def legal_block(block_m: int, block_n: int, mn_major_b: bool) -> bool:
@@ -34,15 +69,18 @@ def swizzle_d_bytes(block_n: int, out_bytes: int) -> int:
     return next(s for s in (128, 64, 32) if (block_n * out_bytes) % s == 0)
 
 
-def bf16_smem_size(block_m: int, block_n: int, num_stages: int, out_bytes: int) -> int:
+def bf16_smem_size(block_m: int, block_n: int, num_stages: int, out_bytes: int, cluster_k_splits: int = 1) -> int:
     """Mirror of `bf16_gemm_smem_size` in include/deep_gemm/sm90/bf16_gemm.cuh (the kernel asserts equality)."""
-    d = num_math_threads(block_m) // 128 * 64 * block_n * out_bytes  # one 64-row D tile per math warpgroup
+    if cluster_k_splits > 1:  # the FP32 partial tile and its two barriers
+        d = ceil_div(block_m * block_n * 4 + 16, 1024) * 1024
+    else:  # one 64-row D tile per math warpgroup
+        d = num_math_threads(block_m) // 128 * 64 * block_n * out_bytes
     return d + num_stages * (block_m + block_n) * 128 + num_stages * 2 * 8
 
 
-def max_stages(block_m: int, block_n: int, out_bytes: int) -> int:
+def max_stages(block_m: int, block_n: int, out_bytes: int, cluster_k_splits: int = 1) -> int:
     return next((s for s in range(MAX_STAGES, 0, -1)
-                 if bf16_smem_size(block_m, block_n, s, out_bytes) <= SMEM_BUDGET), 0)
+                 if bf16_smem_size(block_m, block_n, s, out_bytes, cluster_k_splits) <= SMEM_BUDGET), 0)
 
 
 def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
@@ -52,6 +90,26 @@ def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
     mma = 2 * block_m * block_n * BLOCK_K / BF16_FLOPS_PER_CLK
     smem = ((block_m + block_n) * 128 + (block_m // 64) * (64 + block_n) * 128) / SMEM_BYTES_PER_CLK
     return max(mma, smem) / _STAGE_EFFICIENCY.get(stages, 1.0)
+
+
+def _pick_decode(m: int, n: int, k: int, sms: int, mn_major_b: bool, out_bytes: int) -> Tuple[int, int, int]:
+    """(block_m, block_n, cluster K splits) of a dense call of m <= 128 rows: the fastest by `decode_us`, then the
+    fewest splits, the fewest waves, the most CTAs. One M block of 64 or 128 rows (two math warpgroups past 64 rows: 128 x 64
+    tiles ran 128 x 7168 x 16384 in 92 us where 64 x 112 took 110)."""
+    block_m = 64 if m <= 64 else 128
+    scored = []
+    for bn in BLOCK_NS:
+        if not legal_block(block_m, bn, mn_major_b):
+            continue
+        for splits in DECODE_SPLITS:
+            if max_clusters(sms, splits) == 0 or max_stages(block_m, bn, out_bytes, splits) < (2 if splits == 1 else 4):
+                continue
+            tiles, clusters = ceil_div(m, block_m) * ceil_div(n, bn), max_clusters(sms, splits)
+            key = (splits, num_waves(tiles, clusters), -min(tiles, clusters) * splits, bn)
+            scored.append((decode_us(m, n, k, block_m, bn, sms, splits), key))
+    fastest = min(t for t, _ in scored)
+    splits, _, _, bn = min(key for t, key in scored if t <= fastest * _DECODE_TOLERANCE)
+    return block_m, bn, splits
 
 
 def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int, groups: int,
@@ -82,36 +140,46 @@ def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int, gro
 
 
 def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, out_bytes: int,
-                      num_stages: int = 0, groups: int = 1) -> GemmConfig:
+                      num_stages: int = 0, groups: int = 1, cluster_k_splits: int = 1) -> GemmConfig:
     """The full configuration for chosen blocks (deepest pipeline that fits unless `num_stages` is given, smallest
-    grid that keeps the number of waves; `groups` groups of m rows each)."""
-    stages = num_stages or max_stages(block_m, block_n, out_bytes)
-    if stages < 1 or bf16_smem_size(block_m, block_n, stages, out_bytes) > SMEM_BUDGET:
+    grid that keeps the number of waves; `groups` groups of m rows each; `cluster_k_splits` CTAs per tile, each
+    taking one range of K, the grid a multiple of them)."""
+    splits = cluster_k_splits
+    stages = num_stages or max_stages(block_m, block_n, out_bytes, splits)
+    if stages < 1 or bf16_smem_size(block_m, block_n, stages, out_bytes, splits) > SMEM_BUDGET:
         raise ValueError(f"block {block_m}x{block_n} with {stages} stages does not fit in shared memory")
+    if splits > 1 and (groups != 1 or num_sms < splits):
+        raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs on at least as many SMs")
     tiles = groups * ceil_div(m, block_m) * ceil_div(n, block_n)
-    grid = min(num_sms, min_sms_for_waves(tiles, num_waves(tiles, num_sms), 1))
+    ctas = num_sms // splits  # clusters
+    grid = min(ctas, min_sms_for_waves(tiles, num_waves(tiles, ctas), 1)) * splits
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages, num_multicast=1,
                       multicast_on_a=True, swizzle_d_bytes=swizzle_d_bytes(block_n, out_bytes), num_sms=grid,
-                      smem_size=bf16_smem_size(block_m, block_n, stages, out_bytes),
-                      num_threads=num_math_threads(block_m) + 128)
+                      smem_size=bf16_smem_size(block_m, block_n, stages, out_bytes, splits),
+                      num_threads=num_math_threads(block_m) + 128, cluster_k_splits=splits)
 
 
 @functools.lru_cache(maxsize=4096)
 def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: int,
-                    kind: KernelType = KernelType.NORMAL, groups: int = 1) -> GemmConfig:
+                    kind: KernelType = KernelType.NORMAL, groups: int = 1, k: int = 0) -> GemmConfig:
     """Configuration of a BF16 GEMM with m x n outputs of `out_bytes` (2: BF16, 4: FP32) each (m, n > 0). K does not
     enter: every tile runs the same K loop. Grouped kinds: contiguous counts m as all rows (a tile stays inside one
     128-row segment: BLOCK_M <= 128); masked and psum take m as the expected rows of each of `groups` groups, whose
     last blocks are partial (BLOCK_M <= 128 wastes less of them); batched takes m as the rows of each of `groups`
-    heads."""
+    heads. Dense calls of m <= 128 rows given their `k` are memory-bound: tile and cluster K splits from the decode
+    model (`_pick_decode`); k = 0 (unknown) keeps the wave-count choice without splits."""
     if min(m, n, num_sms, groups) <= 0 or out_bytes not in (2, 4):
         raise ValueError(f"m, n, num_sms and groups must be positive and out_bytes 2 or 4, got {m}, {n}, {num_sms}, "
                          f"{groups}, {out_bytes}")
     per_group = kind in (KernelType.M_GROUPED_MASKED, KernelType.M_GROUPED_PSUM, KernelType.BATCHED)
     tile_groups = groups if per_group else 1
     max_block_m = 256 if kind in (KernelType.NORMAL, KernelType.BATCHED) else 128
-    bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
-    return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups)
+    splits = 1
+    if kind == KernelType.NORMAL and m <= 128 and k > 0:
+        bm, bn, splits = _pick_decode(m, n, k, num_sms, mn_major_b, out_bytes)
+    else:
+        bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
+    return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups, cluster_k_splits=splits)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,6 +1,7 @@
 """GPU correctness of the dense BF16 GEMMs (`bf16_gemm_{nt,nn,tn,tt}`) on Hopper: every operand layout, BF16 and FP32
 d, without c, with c = d and with another c; ragged shapes (m = 1, k not a multiple of 64), DeepGEMM's test_bf16
-shapes, guard bands, k = 0 and m = 0, CUDA-graph replay and bitwise determinism. Skipped without sm_90."""
+shapes, guard bands, k = 0 and m = 0, CUDA-graph replay and bitwise determinism; the cluster K splits of decode-sized
+calls under forced configurations. Skipped without sm_90."""
 import pytest
 import torch
 
@@ -122,6 +123,63 @@ def test_graph_replay_and_determinism():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(d, eager), "graph replay differs from eager"
+
+
+# Cluster K splits (bf16_gemm.cuh, ClusterSplitEpilogue): forced split counts over layouts, outputs and c modes;
+# shapes with several tiles per cluster (1 x 2112: 44 tiles of 48 columns over 132 / splits clusters), with more
+# splits than K blocks (k = 104: 2 blocks), 2 M blocks, and ragged m and k.
+SPLIT_CASES = [("nt", torch.bfloat16, "none"), ("nt", torch.bfloat16, "d"), ("tt", torch.float32, "other"),
+               ("nn", torch.float32, "d"), ("tn", torch.bfloat16, "other")]
+
+
+# (splits, (layout, d dtype, c mode), (m, n, k)): every split count, layout, output and c mode at least once.
+# (A K-major needs k % 8 == 0, A MN-major (tn, tt) m % 8 == 0: TMA's 16-byte strides.)
+SPLIT_TESTS = [(2, SPLIT_CASES[0], (1, 2112, 7168)), (3, SPLIT_CASES[1], (1, 2112, 7168)),
+               (8, SPLIT_CASES[2], (8, 2112, 7168)), (5, SPLIT_CASES[3], (7, 200, 104)),
+               (8, SPLIT_CASES[0], (7, 200, 104)), (4, SPLIT_CASES[4], (104, 576, 1000)),
+               (6, SPLIT_CASES[2], (104, 576, 1000)), (2, SPLIT_CASES[3], (128, 256, 4160)),
+               (7, SPLIT_CASES[0], (128, 256, 4160)), (3, SPLIT_CASES[4], (40, 2112, 7168)),
+               (3, SPLIT_CASES[1], (33, 2112, 7000))]
+
+
+@pytest.mark.parametrize("splits,case,mnk", SPLIT_TESTS,
+                         ids=[f"ks{s}-{c[0]}-{c[1].itemsize * 8}-{c[2]}-{'x'.join(map(str, x))}"
+                              for s, c, x in SPLIT_TESTS])
+def test_cluster_k_splits(splits, case, mnk):
+    from deep_gemm.heuristics.sm90_bf16 import build_bf16_config
+    from deep_gemm.testing import forced_config
+    (layout, out_dtype, c_mode), (m, n, k) = case, mnk
+    block_m = 64 if m <= 64 else 128
+    block_n = 64 if layout[1] == "n" else 48  # an MN-major B tile is whole 64-wide chunks
+    config = build_bf16_config(m, n, block_m, block_n, deep_gemm.get_num_sms(), out_dtype.itemsize,
+                               cluster_k_splits=splits)
+    with forced_config(config):
+        g, ref = _run(layout, m, n, k, out_dtype, c_mode, seed=splits)
+        _check(g, ref, f"{layout} {m}x{n}x{k} {out_dtype} c={c_mode} splits={splits}")
+        if c_mode == "none":  # bitwise reruns (the splits are added in a fixed order)
+            first = g.out.clone()
+            g2, _ = _run(layout, m, n, k, out_dtype, c_mode, seed=splits)
+            assert torch.equal(g2.out, first), "cluster K splits: not bitwise reproducible"
+
+
+def test_cluster_k_splits_graph_replay():
+    from deep_gemm.heuristics.sm90_bf16 import build_bf16_config
+    from deep_gemm.testing import forced_config
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    a, b, a32, b32 = _operands("nt", 3, 2112, 7168, gen)
+    d = torch.empty((3, 2112), device="cuda", dtype=torch.bfloat16)
+    with forced_config(build_bf16_config(3, 2112, 64, 64, deep_gemm.get_num_sms(), 2, cluster_k_splits=4)):
+        deep_gemm.bf16_gemm_nt(a, b, d)
+        eager = d.clone()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            deep_gemm.bf16_gemm_nt(a, b, d)
+        for _ in range(3):
+            d.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(d, eager), "graph replay differs from eager"
+    assert float(calc_diff(eager.float(), a32 @ b32.t())) < 1e-5
 
 
 def test_misaligned_operand_is_refused():

@@ -80,7 +80,7 @@ def test_first_calls_after_warmup_compile_nothing(tmp_path, monkeypatch):
                                masked=[(mk["n"], mk["k"], mk["groups"], [mk["expected_m"]])],
                                wgrad=[(w["m"], w["n"])], k_grouped=[(kg["m"], kg["n"], len(kg["ks"]))],
                                bmm=[(bm["n"], bm["k"], bm["batches"], [bm["m"]])],
-                               bf16=[(small["bf16_gemm_nt"]["m"], small["bf16_gemm_nt"]["n"])],
+                               bf16=[(small["bf16_gemm_nt"]["m"], small["bf16_gemm_nt"]["n"], small["bf16_gemm_nt"]["k"])],
                                bf16_contiguous=[(_contiguous_rows(small["m_grouped_bf16_gemm_nt_contiguous"]["sizes"]),
                                                  small["m_grouped_bf16_gemm_nt_contiguous"]["n"])],
                                bf16_masked=[(small["m_grouped_bf16_gemm_nt_masked"]["expected_m"],

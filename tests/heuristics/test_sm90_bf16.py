@@ -4,8 +4,8 @@ import pytest
 
 from deep_gemm.heuristics.common import KernelType
 from deep_gemm.heuristics.sm90 import SMEM_BUDGET
-from deep_gemm.heuristics.sm90_bf16 import (COMPUTE_BLOCK_NS, bf16_smem_size, build_bf16_config, get_bf16_config,
-                                            legal_block)
+from deep_gemm.heuristics.sm90_bf16 import (COMPUTE_BLOCK_NS, MAX_CLUSTER_K_SPLITS, bf16_smem_size, build_bf16_config,
+                                            get_bf16_config, legal_block, max_clusters)
 
 SHAPES = [(m, n) for m in (1, 7, 64, 128, 129, 1000, 4096, 16384) for n in (16, 200, 576, 2112, 4096, 7168, 32768)]
 
@@ -46,3 +46,45 @@ def test_illegal_blocks_are_refused():
     assert not legal_block(128, 96, True)     # MN-major B tiles are whole 64-wide chunks
     with pytest.raises(ValueError, match="does not fit"):
         build_bf16_config(128, 256, 128, 256, 132, 4, num_stages=8)
+
+
+@pytest.mark.parametrize("mn_major_b", [False, True])
+@pytest.mark.parametrize("out_bytes", [2, 4])
+def test_decode_picks_are_legal_and_fit(mn_major_b, out_bytes):
+    """Dense calls of m <= 128 given k: the decode model's tile and cluster K splits (grid a multiple of the split
+    count, at most one wave of co-resident clusters with splits, at least 4 stages beside the partial tile)."""
+    for m in (1, 7, 32, 64, 65, 128):
+        for n in (16, 200, 256, 576, 2112, 4096, 7168, 24576, 129280):
+            for k in (64, 100, 512, 1536, 7168, 16384):
+                c = get_bf16_config(m, n, 132, mn_major_b, out_bytes, k=k)
+                splits = c.cluster_k_splits
+                assert legal_block(c.block_m, c.block_n, mn_major_b), (m, n, k, c)
+                assert c.block_m == (64 if m <= 64 else 128), (m, n, k, c)
+                assert 1 <= splits <= MAX_CLUSTER_K_SPLITS and c.num_sms % splits == 0 and c.num_multicast == 1
+                assert c.smem_size == bf16_smem_size(c.block_m, c.block_n, c.num_stages, out_bytes, splits)
+                assert c.smem_size <= SMEM_BUDGET and c.num_stages >= (4 if splits > 1 else 2)
+                if splits > 1:
+                    tiles = -(-m // c.block_m) * -(-n // c.block_n)
+                    assert c.num_sms == tiles * splits and tiles <= max_clusters(132, splits), (m, n, k, c)
+
+
+def test_decode_picks_follow_the_measured_sweep():
+    """The H100 sweep (benchmarks/NOTES.md, "BF16 decode"): few-tile shapes cut K over a cluster, 128-row calls take
+    two math warpgroups (128 x 7168 x 16384: 128 x 64 ran 92 us, the earlier 64 x 112 pick 110), wide n keeps one
+    wave of wide tiles, and without k (warm-up of old shapes) nothing is split."""
+    assert get_bf16_config(1, 576, 132, False, 2, k=7168).cluster_k_splits > 1
+    assert get_bf16_config(1, 256, 132, False, 4, k=7168).cluster_k_splits > 1
+    big = get_bf16_config(128, 7168, 132, False, 2, k=16384)
+    assert (big.block_m, big.block_n, big.cluster_k_splits) == (128, 64, 1)
+    wide = get_bf16_config(1, 32768, 132, False, 2, k=512)
+    assert wide.cluster_k_splits == 1 and wide.block_n == 256 and wide.num_sms == 128
+    assert get_bf16_config(1, 576, 132, False, 2).cluster_k_splits == 1
+    assert get_bf16_config(256, 576, 132, False, 2, k=7168).cluster_k_splits == 1  # m > 128: compute tiles
+
+
+def test_cluster_size_limits():
+    assert [max_clusters(132, s) for s in (1, 2, 3, 4, 6, 8)] == [132, 64, 40, 32, 16, 16]
+    with pytest.raises(ValueError, match="cluster K splits"):
+        build_bf16_config(64, 256, 64, 64, 132, 2, groups=4, cluster_k_splits=2)
+    with pytest.raises(ValueError, match="cluster_k_splits must be 1-8"):
+        build_bf16_config(1, 256, 64, 64, 132, 2, cluster_k_splits=9)

@@ -1,5 +1,6 @@
 """Compiling the sm90 BF16 GEMM (include/deep_gemm/sm90/bf16_gemm.cuh) for sm_90a in every operand layout and
-output mode, no GPU needed: the PTX carries the BF16 WGMMA with the layout's transpose flags and the right D store,
+output mode, no GPU needed: the PTX carries the BF16 WGMMA with the layout's transpose flags and the right D store
+(TMA, or with cluster K splits the partial tiles' exchange through distributed shared memory and plain stores),
 nothing spills, and the K loop stays within its instruction budget (tools/sass.py's measure)."""
 import dataclasses
 import re
@@ -39,11 +40,17 @@ CONFIGS = {
     "nt-bf16-heads-4096x512": (4096, 512, None),   # einsum bhr,hdr->bhd (h = 8, r = 4096, d = 512)
     "nn-bf16-heads-128x512": (128, 512, None),     # einsum bhd,hdr->bhr: each head's B MN-major
     "nt-fp32-ksplits-128x384": (128, 384, None),   # einsum bmk,bnk->mn
+    # Cluster K splits: the heuristic's decode picks, and forced corners (FP32 accumulate, MN-major, 2 M blocks).
+    "nt-bf16-1x2112": (1, 2112, None),
+    "nt-bf16+acc-128x576": (128, 576, None),
+    "tt-fp32+acc-7x200-ks5": (7, 200, build_bf16_config(7, 200, 64, 64, 132, 4, cluster_k_splits=5)),
+    "nn-bf16-100x576-ks8": (100, 576, build_bf16_config(100, 576, 128, 64, 132, 2, cluster_k_splits=8)),
 }
 GROUPS = {"nt-bf16-heads-4096x512": 8, "nn-bf16-heads-128x512": 128, "nt-fp32-ksplits-128x384": 44}
 # Instructions per K block per math warp in the main loop, at most (measured + ~3%).
 BUDGETS = {"nt-bf16-4096x7168": 52.0, "nn-bf16-4096x7168": 52.0, "tn-fp32+acc-7168x2112": 49.0,  # measured 51, 51, 47
-           "nt-bf16-heads-4096x512": 52.0, "nt-fp32-ksplits-128x384": 55.0}                       # measured 51, 53
+           "nt-bf16-heads-4096x512": 52.0, "nt-fp32-ksplits-128x384": 55.0,                        # measured 51, 53
+           "nt-bf16-1x2112": 50.0}  # measured 48 (cluster K splits)
 
 
 def _source(name):
@@ -70,8 +77,12 @@ def test_bf16_ptx(built):
     mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.bf16\.bf16 [^;]*;", ptx)
     assert mma and set(mma) == {str(config.block_n)}, name
     assert flags in ptx, f"{name}: transpose flags {flags}"
-    assert ("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add" in ptx) == kind.accumulate, name
-    assert ("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group" in ptx) == (not kind.accumulate), name
+    split = config.cluster_k_splits > 1
+    assert ("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add" in ptx) == (kind.accumulate and not split), name
+    assert ("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group" in ptx) == (not kind.accumulate and not split)
+    for exchange in ("ld.shared::cluster.v2.f32", "mbarrier.arrive.release.cluster.shared::cluster.b64",
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64", "barrier.cluster.wait.aligned"):
+        assert (exchange in ptx) == split, f"{name}: {exchange}"
     assert "vprintf" not in ptx
 
 

@@ -54,6 +54,33 @@ struct Barrier {
             :: "r"(smem_u32(this)), "r"(cta_rank));
     }
 
+    // Cluster hand-offs through shared memory (a CTA reads what its peers wrote into theirs): a release arrival on the
+    // barrier of cluster CTA `cta_rank` covering the executing thread's earlier accesses (and, cumulatively, those
+    // of threads ordered before it, e.g. by __syncwarp), and a wait that acquires what those arrivals released.
+    __device__ __forceinline__ void arrive_cluster_release(uint32_t cta_rank) {
+        asm volatile(
+            "{\n\t"
+            ".reg .b32 remote;\n\t"
+            "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+            "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t"
+            "}"
+            :: "r"(smem_u32(this)), "r"(cta_rank) : "memory");
+    }
+
+    __device__ __forceinline__ void wait_cluster_acquire(uint32_t phase) {
+        constexpr uint32_t kSuspendTimeHint = 10000000;
+        asm volatile(
+            "{\n\t"
+            ".reg .pred done;\n\t"
+            "WAIT_LOOP:\n\t"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1, %2;\n\t"
+            "@done bra WAIT_DONE;\n\t"
+            "bra WAIT_LOOP;\n\t"
+            "WAIT_DONE:\n\t"
+            "}"
+            :: "r"(smem_u32(this)), "r"(phase), "r"(kSuspendTimeHint) : "memory");
+    }
+
     // Arrive once the executing thread's earlier cp.async copies have landed in shared memory. The arrival is one
     // of those the barrier was initialised with (.noinc), so every thread that may use it must be counted at init.
     __device__ __forceinline__ void arrive_after_cp_async() {

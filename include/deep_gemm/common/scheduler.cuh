@@ -77,17 +77,20 @@ struct Tile {
 // expert of such a launch has an even tile count and pairs never straddle experts. Contiguous and masked B multicast
 // need no such guarantee: their pairs are checked per tile.
 // kOneMBlock: the host guarantees shape_m <= BLOCK_M (batched decode), so the tile walk needs no run-time division.
+// kCtasPerTile: that many consecutive CTAs (a cluster cutting the tile's K into splits) take every tile together:
+// they walk tiles blockIdx.x / kCtasPerTile, + gridDim.x / kCtasPerTile, ... (the grid is a multiple of it).
 // NOTES: those divisions (and the group's row count) sat on the path to the first TMA load of decode-sized GEMMs
 // (H200 timeline probe, NOTES issue 17); a run-time test for one M block instead moved the producer's tile loop out
 // of the uniform datapath and cost 5-15% (measured), so this is a compile-time choice.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kFastAlongN,
-          uint32_t kRowAlignment = 1, bool kOneMBlock = false, uint32_t kGroupSize = 16>
+          uint32_t kRowAlignment = 1, bool kOneMBlock = false, uint32_t kCtasPerTile = 1, uint32_t kGroupSize = 16>
 struct TileScheduler {
     DG_STATIC_ASSERT(not kOneMBlock or kType == GemmType::Batched, "one M block is the batched decode case");
     DG_STATIC_ASSERT(kGroupSize % 2 == 0, "the raster group size must be even so that multicast pairs line up");
     DG_STATIC_ASSERT(not has_group_row_ends(kType) or kFastAlongN or kType == GemmType::MGroupedMasked,
                      "psum / batched GEMMs multicast only A: the two CTAs of a pair must share one group");
     DG_STATIC_ASSERT(kType != GemmType::MGroupedPsum or kRowAlignment > 0, "psum layout needs its row alignment");
+    DG_STATIC_ASSERT(kCtasPerTile == 1 or kType == GemmType::Normal, "only dense tiles are shared by a cluster");
     static constexpr uint32_t kNumNBlocks = ceil_div(SHAPE_N, BLOCK_N);
 
     uint32_t shape_m;
@@ -112,7 +115,7 @@ struct TileScheduler {
 
     __device__ __forceinline__ TileScheduler(const uint32_t shape_m_, const int32_t* grouped_layout_ = nullptr,
                                              const uint32_t num_groups_ = 1)
-        : shape_m(shape_m_), next_tile(blockIdx.x), grouped_layout(grouped_layout_), num_groups(num_groups_),
+        : shape_m(shape_m_), next_tile(blockIdx.x / kCtasPerTile), grouped_layout(grouped_layout_), num_groups(num_groups_),
           group(0), tile_base(0), group_rows(0), group_start(0), group_end(0) {
         if constexpr (walks_groups(kType)) {
             if (num_groups > 0)
@@ -144,6 +147,8 @@ struct TileScheduler {
         if constexpr (not kFastAlongN)
             ahead_peer = __ldg(grouped_layout + min(((m_block ^ 1) * BLOCK_M) + lane, shape_m - 1));
     }
+
+    __device__ __forceinline__ static uint32_t tile_stride() { return gridDim.x / kCtasPerTile; }
 
     // grouped_layout[g] clamped to [0, shape_m]: masked_m[g] (masked) or the end row of group g (psum).
     __device__ __forceinline__ uint32_t clamped_layout(uint32_t g) const {
@@ -193,7 +198,7 @@ struct TileScheduler {
                     if (not kFastAlongN and next_tile % 2 == 1 and next_tile == tile_base + num_tiles) {
                         tile = Tile{};
                         tile.pair_shares_b = false;
-                        next_tile += gridDim.x;
+                        next_tile += tile_stride();
                         return true;
                     }
                     return false;
@@ -256,12 +261,12 @@ struct TileScheduler {
                     const int32_t peer = peer_row < shape_m ? __shfl_sync(mask, ahead_peer, 0) : -1;
                     tile.pair_shares_b = not tile.skip and peer == expert;
                 }
-                next_tile += gridDim.x;
+                next_tile += tile_stride();
                 load_experts_ahead();
                 return true;
             }
         }
-        next_tile += gridDim.x;
+        next_tile += tile_stride();
         return true;
     }
 };

@@ -32,6 +32,16 @@ __device__ __forceinline__ void static_for(F&& f) {
     }
 }
 
+// The type `A` when `kCond`, else `B` (std::conditional, which NVRTC's headers may lack).
+template <bool kCond, typename A, typename B>
+struct Conditional {
+    using Type = A;
+};
+template <typename A, typename B>
+struct Conditional<false, A, B> {
+    using Type = B;
+};
+
 // Synchronise `kNumThreads` threads (whole warps) on hardware named barrier `barrier_id`.
 // NOTES: id 0 is `__syncthreads`; callers own ids 1..15 (the sm90 GEMMs use 2 + math warpgroup index for the
 // epilogues, the wgrad kernel 4 and 5 to order its warpgroups' WGMMA issue).
@@ -72,6 +82,19 @@ __device__ __forceinline__ float bf16_bits_to_float(uint32_t bits) {
 
 __device__ __forceinline__ void ld_shared_v2_f32(uint32_t smem_addr, float& x, float& y) {
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(x), "=f"(y) : "r"(smem_addr));
+}
+
+// Two floats from the shared memory of cluster CTA `cta_rank` at this CTA's shared-memory address `smem_addr`.
+__device__ __forceinline__ float2 ld_shared_cluster_v2_f32(uint32_t smem_addr, uint32_t cta_rank) {
+    float2 v;
+    asm volatile(
+        "{\n\t"
+        ".reg .b32 remote;\n\t"
+        "mapa.shared::cluster.u32 remote, %2, %3;\n\t"
+        "ld.shared::cluster.v2.f32 {%0, %1}, [remote];\n\t"
+        "}"
+        : "=f"(v.x), "=f"(v.y) : "r"(smem_addr), "r"(cta_rank) : "memory");
+    return v;
 }
 
 __device__ __forceinline__ void st_shared_v2(void* ptr, float x, float y) {

@@ -15,6 +15,9 @@
 //    the S * ceil(k / 64) K blocks of that sum are walked in `num_groups` contiguous splits (KSplits,
 //    common/scheduler.cuh), split g writing its FP32 partial sum to D [g][m][n] (the caller adds the splits up in a
 //    fixed order: deterministic).
+// Dense decode-sized GEMMs (too few output tiles to occupy every SM) may cut K over a cluster instead
+// (Config::kClusterSplitsK = S > 1): the S CTAs of a cluster take the same tile, each one contiguous K range, and add
+// their partial tiles up in shared memory (ClusterSplitEpilogue, epilogue.cuh), in split order.
 
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
@@ -31,16 +34,19 @@
 namespace deep_gemm::sm90 {
 
 // Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_bf16.py), asserted below.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutputFP32>
+// With cluster K splits the D region holds the FP32 partial tile and its two barriers instead.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutputFP32, uint32_t kClusterSplits = 1>
 constexpr uint32_t bf16_gemm_smem_size() {
-    constexpr uint32_t d = num_math_threads<BLOCK_M>() / 128 * 64 * BLOCK_N * (kOutputFP32 ? 4 : 2);
+    constexpr uint32_t d = kClusterSplits > 1 ? align_up<uint32_t>(BLOCK_M * BLOCK_N * 4 + 16, 1024)
+                                              : num_math_threads<BLOCK_M>() / 128 * 64 * BLOCK_N * (kOutputFP32 ? 4 : 2);
     return d + kNumStages * (BLOCK_M + BLOCK_N) * 128 + kNumStages * 2 * 8;
 }
 
 // Config (see kernel_shell.cuh): kGemmType, SHAPE_N, BLOCK_M, BLOCK_N, kNumStages, kNumMulticast, kMulticastOnA,
 // kSwizzleDBytes, kSmemSize, kPsumAlignment (psum layout: the experts' row alignment; else 0), kMNMajorA / kMNMajorB
 // (the operand is [k, m] / [k, n] with unit stride along m / n), kOutputFP32 (D is FP32, else BF16) and kAccumulate
-// (D += A B^T with a TMA reduce-add, else D = A B^T with a TMA store).
+// (D += A B^T with a TMA reduce-add, else D = A B^T with a TMA store), kClusterSplitsK (1, or 2-8 CTAs of a cluster
+// cutting a dense tile's K; the launch's cluster size).
 // K is a run-time value (num_k_blocks = ceil(k / 64); TMA reads zeros past k). Grouped launches: A / D hold every
 // expert's rows ([m_sum, *], or [G * m_max, *] for masked: shape_m = m_max), B is [G * n, k] (K-major) or
 // [G * k, n] (MN-major, shape_k = k), `grouped_layout` is m_indices, masked_m or the running row counts, and `d` /
@@ -61,9 +67,14 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     constexpr bool kContiguous = kGemmType == GemmType::MGroupedContiguous;
     constexpr bool kBatched = kGemmType == GemmType::Batched;
     constexpr bool kKSplits = kBatched and Config::kBatchSplitsK;
+    constexpr uint32_t kClusterSplits = Config::kClusterSplitsK;
+    constexpr bool kSplitsInCluster = kClusterSplits > 1;
     using Operands = BF16Operands<Config::kMNMajorA, Config::kMNMajorB>;
-    using Epilogue =
+    using TileEpilogue =
         WarpgroupTileEpilogue<BLOCK_N, Config::kSwizzleDBytes, Config::kOutputFP32, Config::kAccumulate>;
+    using SplitEpilogue = ClusterSplitEpilogue<kClusterSplits < 2 ? 2 : kClusterSplits, BLOCK_M, BLOCK_N,
+                                               num_math_threads<BLOCK_M>(), Config::kOutputFP32, Config::kAccumulate>;
+    using Epilogue = typename Conditional<kSplitsInCluster, SplitEpilogue, TileEpilogue>::Type;
     using Shell = KernelShell<Config, Operands, NoPromotion, Epilogue>;
     using KLoop = AccumulatingKLoop<Shell, NoPromotion>;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
@@ -75,7 +86,8 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     DG_STATIC_ASSERT(not Config::kMNMajorB or BLOCK_N % 64 == 0, "an MN-major B needs whole 64-wide column chunks");
     DG_STATIC_ASSERT(kNumSubTiles * kNumAccum <= 128, "accumulators would not fit in the register budget");
     DG_STATIC_ASSERT(Config::kSmemSize ==
-                         (bf16_gemm_smem_size<BLOCK_M, BLOCK_N, Config::kNumStages, Config::kOutputFP32>()),
+                         (bf16_gemm_smem_size<BLOCK_M, BLOCK_N, Config::kNumStages, Config::kOutputFP32,
+                                              kClusterSplits>()),
                      "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kGemmType == GemmType::Normal or kContiguous or walks_groups(kGemmType) or kBatched,
                      "dense, contiguous, psum, masked or batched");
@@ -86,19 +98,37 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                      "grouped BF16 GEMMs write BF16 D");
     DG_STATIC_ASSERT(not Config::kBatchSplitsK or (kBatched and Config::kOutputFP32 and not Config::kMNMajorB),
                      "K splits are batched, K-major and write FP32 partial sums");
+    DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
+    DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and Config::kNumMulticast == 1),
+                     "cluster K splits: dense GEMMs without multicast");
     DG_STATIC_ASSERT(not kContiguous or BLOCK_M <= 128, "contiguous tiles must not span two 128-row segments");
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
 
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
+    if constexpr (kSplitsInCluster) {
+        if (threadIdx.x == 0)
+            Epilogue::init(shell.smem_d);
+    }
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_d);
-    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment>;
+    if constexpr (kSplitsInCluster)
+        cluster_sync();  // the peers' barriers are initialised before the first remote arrival
+    using Scheduler =
+        typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment, false, kClusterSplits>;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
-    // K splits: the tile's K blocks of the flattened walk over (batch, K block).
+    // K splits: the tile's K blocks of the flattened walk over (batch, K block); cluster K splits: this CTA's range
+    // (split = cluster rank = blockIdx.x % kClusterSplits, the cluster being 1-D). A cluster split left without a
+    // block (more splits than K blocks) loads one past K, which TMA fills with zeros.
+    // NOTES: a zero-fill branch for it instead made ptxas serialise every WGMMA (C7518, accumulators written in a
+    // path it takes for divergent).
     const uint32_t k_blocks_per_batch = ceil_div(shape_k, Operands::kBlockK);
-    const KSplits splits(num_k_blocks, kKSplits ? num_groups : 1u);
-    auto tile_k_blocks = [&](const Tile& tile) { return kKSplits ? splits.count(tile.group) : num_k_blocks; };
+    const KSplits splits(num_k_blocks, kKSplits ? num_groups : kClusterSplits);
+    const uint32_t cluster_split = blockIdx.x % kClusterSplits;
+    auto tile_k_blocks = [&](const Tile& tile) {
+        return kKSplits ? splits.count(tile.group)
+                        : kSplitsInCluster ? max(splits.count(cluster_split), 1u) : num_k_blocks;
+    };
 
     if (Shell::is_producer()) {
         auto operands = [&](const Tile& tile) {
@@ -110,6 +140,8 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                                              tile.n_block * BLOCK_N);
             ops.b_k_offset = Config::kMNMajorB ? static_cast<int32_t>(tile.group * shape_k) : 0;
             ops.num_k_blocks = tile_k_blocks(tile);
+            if constexpr (kSplitsInCluster)
+                ops.first_k_block = splits.first(cluster_split);
             if constexpr (kBatched and not kKSplits)
                 ops.a_k_offset = static_cast<int32_t>(tile.group * shape_k);
             if constexpr (kKSplits) {
@@ -131,13 +163,13 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
         shell.template produce<kStageTxBytes, kKSplits>(make_scheduler, operands, NoPromotion::Producer{});
     } else {
         const auto wg = shell.math_warpgroup();
-        uint8_t* wg_smem_d = shell.smem_d + wg.math_wg * Epilogue::kSmemBytes;
         float accum[kNumSubTiles][kNumAccum];
 
         auto scheduler = make_scheduler();
         Tile tile;
         typename Shell::Stages stages;
         KLoop k_loop{shell, wg, stages, accum};
+        SplitEpilogue split_epilogue(shell.smem_d, threadIdx.x);  // used with cluster K splits only
         while (scheduler.next(tile)) {
             // Contiguous: the expert of this thread's two rows per sub-tile, loaded before the K loop (its latency
             // hides there); rows of another expert (padding) are written as zeros, as the FP8 kernel does.
@@ -159,7 +191,22 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
             } else {
                 k_loop.run(tile_k_blocks(tile));
             }
+            if constexpr (kSplitsInCluster) {
+                // Pair j of this thread's accumulators: sub-tile s = 2j / kNumAccum, accumulators (a, a + 1) with
+                // a = 2j % kNumAccum: row + 8 * ((a / 2) % 2) of the thread's rows, columns 8 * (a / 4) +
+                // 2 * (lane % 4) + {0, 1}.
+                split_epilogue.reduce(&accum[0][0], threadIdx.x / 32, wg.lane_idx, [&](uint32_t j, float2 sum) {
+                    const uint32_t s = 2 * j / kNumAccum, a = 2 * j % kNumAccum;
+                    const uint32_t row = tile.row_base + wg.sub_tile_row(s) + wg.warp_row + wg.lane_row +
+                                         8 * ((a / 2) % 2);
+                    if (row < shape_m)
+                        SplitEpilogue::store_pair(d, d_row_stride, row, tile.n_block * BLOCK_N + 8 * (a / 4) +
+                                                  2 * (wg.lane_idx % 4), SHAPE_N, sum);
+                });
+                continue;
+            }
             // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> BF16 / FP32 smem tile -> TMA ----
+            uint8_t* wg_smem_d = shell.smem_d + wg.math_wg * TileEpilogue::kSmemBytes;
             #pragma unroll
             for (uint32_t s = 0; s < kNumSubTiles; ++s) {
                 if constexpr (kContiguous) {
@@ -172,7 +219,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                 }
                 const uint32_t first_row = wg.sub_tile_row(s);
                 const uint32_t valid_rows = tile.valid_rows > first_row ? tile.valid_rows - first_row : 0;
-                wg.store_tile([&] { Epilogue::write_warp(wg_smem_d, accum[s], wg.warp_row, wg.lane_idx); },
+                wg.store_tile([&] { TileEpilogue::write_warp(wg_smem_d, accum[s], wg.warp_row, wg.lane_idx); },
                               [&](bool is_leader) {
                                   if constexpr (walks_groups(kGemmType)) {
                                       // A group's last, partial block: its rows past the group's end
@@ -186,7 +233,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                                   }
                                   if (is_leader) {
                                       // Batched: D is [G][m][n] (TMA clips rows past m).
-                                      Epilogue::store(&tensor_map_d, wg_smem_d, kBatched ? tile.group : 0,
+                                      TileEpilogue::store(&tensor_map_d, wg_smem_d, kBatched ? tile.group : 0,
                                                       (kBatched ? tile.m_block * BLOCK_M : tile.row_base) + first_row,
                                                       tile.n_block * BLOCK_N);
                                       tma_store_commit();
@@ -197,6 +244,8 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
         wg.finish();
     }
     Shell::teardown();
+    if constexpr (kSplitsInCluster)
+        cluster_sync();  // no CTA leaves while a peer may still read its partial tile or arrive on its barriers
 #endif
 }
 

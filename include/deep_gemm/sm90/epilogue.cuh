@@ -1,5 +1,6 @@
 #pragma once
 
+#include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
 
@@ -189,6 +190,122 @@ struct WarpgroupTileEpilogue {
             else
                 tma_store_3d(tensor_map_d, smem_d + atom * kAtomBytes, col, static_cast<int32_t>(m_start),
                              static_cast<int32_t>(group));
+        }
+    }
+};
+
+// K splits over a cluster (dense GEMMs too small to give every SM an output tile): the kSplits CTAs of a cluster
+// compute one output tile, each over its own contiguous range of K (KSplits; split = cluster rank). Every CTA writes
+// its FP32 accumulators into its own shared memory; then each CTA adds up a share of the tile's accumulator pairs
+// over all kSplits partial tiles (read through distributed shared memory) in split order, so the result never
+// depends on timing (bitwise reproducible), and writes them to D with plain stores (BF16 or FP32; with kAdd, added
+// to D's values). No global workspace, no extra launch. Two cluster-wide barriers per tile in every CTA: `ready`
+// (every CTA's partial tile is written) and `drained` (every CTA has read this one's, so the next tile may
+// overwrite it); one release arrival per math warp of each CTA on each.
+// Shared memory (the shell's D region): [kNumPairs][kNumMathThreads] float2 partial sums, then the two barriers.
+template <uint32_t kSplits, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumMathThreads, bool kFP32, bool kAdd>
+struct ClusterSplitEpilogue {
+    DG_STATIC_ASSERT(kSplits >= 2 and kSplits <= 8, "a portable cluster holds 2 to 8 K splits");
+    static constexpr uint32_t kNumValues = BLOCK_M * BLOCK_N / kNumMathThreads;  // accumulators per thread
+    static constexpr uint32_t kNumPairs = kNumValues / 2;
+    static constexpr uint32_t kPartialBytes = kNumPairs * kNumMathThreads * 8;
+
+    template <uint32_t kNumMathWGs>
+    static constexpr uint32_t smem_d_bytes() {
+        return align_up<uint32_t>(kPartialBytes + 2 * sizeof(Barrier), 1024);
+    }
+
+    uint32_t partial;  // shared-memory address of this thread's pair 0 (pair j at + j * kNumMathThreads * 8)
+    Barrier* ready;
+    Barrier* drained;
+    uint32_t rank;
+    uint32_t phase;
+
+    __device__ __forceinline__ ClusterSplitEpilogue(uint8_t* smem_d, uint32_t thread)
+        : partial(smem_u32(smem_d) + thread * 8),
+          ready(reinterpret_cast<Barrier*>(smem_d + kPartialBytes)),
+          drained(ready + 1),
+          rank(blockIdx.x % kSplits),  // the cluster rank of a 1-D cluster
+          phase(0) {}
+
+    // One thread, before the cluster synchronises (the arrivals come from every CTA of the cluster).
+    __device__ __forceinline__ static void init(uint8_t* smem_d) {
+        auto* barriers = reinterpret_cast<Barrier*>(smem_d + kPartialBytes);
+        barriers[0].init(kSplits * kNumMathThreads / 32);
+        barriers[1].init(kSplits * kNumMathThreads / 32);
+        fence_barrier_init();
+    }
+
+    // Every math thread, once per tile, with its kNumValues accumulators: `store(j, sum)` writes pair j's total
+    // (accumulators 2j and 2j + 1) for the pairs this CTA adds up.
+    template <typename Store>
+    __device__ __forceinline__ void reduce(const float* acc, uint32_t warp, uint32_t lane, Store store) {
+        drained->wait_cluster_acquire(phase ^ 1);  // every CTA has read the previous tile's partial sums
+        #pragma unroll
+        for (uint32_t j = 0; j < kNumPairs; ++j)
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};"
+                         :: "r"(partial + j * kNumMathThreads * 8), "f"(acc[2 * j]), "f"(acc[2 * j + 1]) : "memory");
+        __syncwarp();
+        if (lane < kSplits)
+            ready->arrive_cluster_release(lane);
+        ready->wait_cluster_acquire(phase);
+        // Pair j is added up by CTA (j + warp) % kSplits: every CTA gets a share of each warp's rows.
+        #pragma unroll
+        for (uint32_t j = 0; j < kNumPairs; ++j) {
+            if ((j + warp) % kSplits != rank)
+                continue;
+            float2 sum = make_float2(0.0f, 0.0f);
+            #pragma unroll
+            for (uint32_t s = 0; s < kSplits; ++s) {
+                const float2 v = s == rank ? make_float2(acc[2 * j], acc[2 * j + 1])
+                                           : ld_shared_cluster_v2_f32(partial + j * kNumMathThreads * 8, s);
+                sum.x = s == 0 ? v.x : sum.x + v.x;
+                sum.y = s == 0 ? v.y : sum.y + v.y;
+            }
+            store(j, sum);
+        }
+        __syncwarp();
+        if (lane < kSplits)
+            drained->arrive_cluster_release(lane);
+        phase ^= 1;
+    }
+
+    // D[row][col, col + 1] (+)= v, columns >= shape_n skipped (`row_stride` in elements).
+    __device__ __forceinline__ static void store_pair(uint8_t* d, uint32_t row_stride, uint32_t row, uint32_t col,
+                                                      uint32_t shape_n, float2 v) {
+        const uint64_t offset = static_cast<uint64_t>(row) * row_stride + col;
+        if constexpr (kFP32) {
+            float* dst = reinterpret_cast<float*>(d) + offset;
+            if (col + 1 < shape_n and offset % 2 == 0) {
+                float2 out = v;
+                if constexpr (kAdd) {
+                    const float2 old = *reinterpret_cast<const float2*>(dst);
+                    out = make_float2(old.x + v.x, old.y + v.y);
+                }
+                *reinterpret_cast<float2*>(dst) = out;
+            } else {
+                if (col < shape_n)
+                    dst[0] = kAdd ? dst[0] + v.x : v.x;
+                if (col + 1 < shape_n)
+                    dst[1] = kAdd ? dst[1] + v.y : v.y;
+            }
+        } else {
+            auto* dst = reinterpret_cast<uint16_t*>(d) + offset;  // BF16 bits
+            if constexpr (kAdd) {
+                if (col < shape_n)
+                    v.x += bf16_bits_to_float(dst[0]);
+                if (col + 1 < shape_n)
+                    v.y += bf16_bits_to_float(dst[1]);
+            }
+            const uint32_t packed = pack_bf16x2(v.x, v.y);
+            if (col + 1 < shape_n and offset % 2 == 0) {
+                *reinterpret_cast<uint32_t*>(dst) = packed;
+            } else {
+                if (col < shape_n)
+                    dst[0] = static_cast<uint16_t>(packed & 0xffff);
+                if (col + 1 < shape_n)
+                    dst[1] = static_cast<uint16_t>(packed >> 16);
+            }
         }
     }
 };

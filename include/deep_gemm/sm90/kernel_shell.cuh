@@ -79,8 +79,10 @@ struct KernelShell {
     static constexpr uint32_t kNumAccum = WGMMA::kNumAccum;
     static constexpr uint32_t kNumGatherWarps = Promotion::kNumGatherWarps;
     static constexpr uint64_t kCacheHint = kTmaCacheHintEvictNormal;
-    template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t kRowAlignment = 1, bool kOneMBlock = false>
-    using Scheduler = ShellScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N, kMulticastB, kRowAlignment, kOneMBlock>;
+    template <GemmType kGemmType, uint32_t SHAPE_N, uint32_t kRowAlignment = 1, bool kOneMBlock = false,
+              uint32_t kCtasPerTile = 1>
+    using Scheduler =
+        ShellScheduler<kGemmType, BLOCK_M, BLOCK_N, SHAPE_N, kMulticastB, kRowAlignment, kOneMBlock, kCtasPerTile>;
     using Ring = StageRing<kNumStages, kNumMulticast, kNumMathThreads, kNumGatherWarps>;
     using Stages = typename Ring::Iterator;
 

@@ -11,7 +11,8 @@ namespace deep_gemm::sm90 {
 // NOTES: tiles t and t + 1 (the two CTAs of a cluster) must share the multicast operand's block: the raster runs
 // fast along N (consecutive tiles share the M block, hence A) unless B is the multicast operand.
 template <GemmType kType, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t SHAPE_N, bool kMulticastB,
-          uint32_t kRowAlignment = 1, bool kOneMBlock = false>
-using ShellScheduler = TileScheduler<kType, BLOCK_M, BLOCK_N, SHAPE_N, not kMulticastB, kRowAlignment, kOneMBlock>;
+          uint32_t kRowAlignment = 1, bool kOneMBlock = false, uint32_t kCtasPerTile = 1>
+using ShellScheduler =
+    TileScheduler<kType, BLOCK_M, BLOCK_N, SHAPE_N, not kMulticastB, kRowAlignment, kOneMBlock, kCtasPerTile>;
 
 }  // namespace deep_gemm::sm90
