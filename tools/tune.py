@@ -13,7 +13,8 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
   --max-stages S ... dense / contiguous / masked / psum: also try pipelines at most S deep
   --configs BMxBN[:STAGES][:mcA|mcB|:ksS] ...   time exactly these (STAGES: the depth for wgrad families, the
                      maximum for the others; ksS: bf16's K cut over a cluster of S CTAs) instead of the grid
-  bf16's grid: every legal tile at m <= 128 with every cluster K split of one wave (--bn narrows it)
+  bf16's grid: every legal tile at m <= 128 with every cluster K split of one wave, past m = 128 with and without
+                     2-CTA multicast (--bm / --bn narrow it)
 Every candidate is compiled in parallel first, checked against the dequantised reference (dense, wgrad,
 k_grouped), then timed with the bench method (kineto kernel time, L2 flush per call); '*' marks the heuristic's pick.
 """
@@ -369,9 +370,10 @@ def _bf16_problem(values, bms, bns) -> Problem:
         return calc_diff(out, ref)
 
     def make_config(bm, bn, mc, on_a, stages, splits=1):
-        if mc != 1 or not legal_block(bm, bn, False):
-            raise ValueError(f"{bm}x{bn} (multicast {mc}) is not a tuned bf16 tile")
-        return build_bf16_config(m, n, bm, bn, sms, 2, stages, cluster_k_splits=splits)
+        if not legal_block(bm, bn, False):
+            raise ValueError(f"{bm}x{bn} is not a legal bf16 tile")
+        return build_bf16_config(m, n, bm, bn, sms, 2, stages, cluster_k_splits=splits, num_multicast=mc,
+                                 multicast_on_a=on_a)
 
     def grid(bms, bns, _max_stages):
         cfgs = []
@@ -381,10 +383,11 @@ def _bf16_problem(values, bms, bns) -> Problem:
                 for splits in range(1, MAX_CLUSTER_K_SPLITS + 1 if m <= 128 else 2):
                     if splits > 1 and tiles > max_clusters(sms, splits):  # one wave of co-resident clusters
                         continue
-                    try:
-                        cfgs.append(make_config(bm, bn, 1, True, 0, splits))
-                    except ValueError:
-                        continue
+                    for mc, on_a in ((1, True), (2, True), (2, False)) if splits == 1 and m > 128 else ((1, True),):
+                        try:
+                            cfgs.append(make_config(bm, bn, mc, on_a, 0, splits))
+                        except ValueError:
+                            continue
         return cfgs
     return Problem(f"bf16 {m}x{n}x{k}", fn, "bf16_gemm", 2 * m * n * k, get_bf16_config(m, n, sms, False, 2, k=k),
                    make_config, lambda cfg: sm90_bf16_gemm.kernel_source(n, cfg, kind), grid, check)

@@ -139,22 +139,46 @@ def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int, gro
     return best
 
 
+def _dense_multicast(m: int, n: int, block_m: int, block_n: int, num_sms: int) -> Tuple[int, bool]:
+    """(CTAs per TMA load, shared operand A?) of a dense compute-bound call: pairs share the wider operand tile's
+    loads when the tiles fill every SM at least once (the L2-to-SM traffic then limits) and the blocks pair up.
+    NOTES: H100, same run (benchmarks/NOTES.md "BF16 GEMMs"): 4096 x 2112 x 7168 at 128 x 192 182 -> 170 us with B
+    shared, 4096 x 24576 x 1536 453 -> 405 us, 4096 x 4096 x 7168 at 128 x 256 304 -> 301 us; with fewer tiles than SMs
+    (4096 x 576 x 7168, 96 tiles) sharing B lost 4%."""
+    m_blocks, n_blocks = ceil_div(m, block_m), ceil_div(n, block_n)
+    if m_blocks * n_blocks < num_sms or num_sms % 2:
+        return 1, True
+    for on_a in ((True, False) if block_m >= block_n else (False, True)):
+        if (n_blocks if on_a else m_blocks) % 2 == 0:
+            return 2, on_a
+    return 1, True
+
+
 def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, out_bytes: int,
-                      num_stages: int = 0, groups: int = 1, cluster_k_splits: int = 1) -> GemmConfig:
+                      num_stages: int = 0, groups: int = 1, cluster_k_splits: int = 1, num_multicast: int = 1,
+                      multicast_on_a: bool = True) -> GemmConfig:
     """The full configuration for chosen blocks (deepest pipeline that fits unless `num_stages` is given, smallest
     grid that keeps the number of waves; `groups` groups of m rows each; `cluster_k_splits` CTAs per tile, each
-    taking one range of K, the grid a multiple of them)."""
+    taking one range of K, the grid a multiple of them; `num_multicast` 2: dense tiles in 2-CTA clusters sharing A's
+    (`multicast_on_a`: an even N block count) or B's (an even M block count) TMA loads)."""
     splits = cluster_k_splits
     stages = num_stages or max_stages(block_m, block_n, out_bytes, splits)
     if stages < 1 or bf16_smem_size(block_m, block_n, stages, out_bytes, splits) > SMEM_BUDGET:
         raise ValueError(f"block {block_m}x{block_n} with {stages} stages does not fit in shared memory")
     if splits > 1 and (groups != 1 or num_sms < splits):
         raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs on at least as many SMs")
+    if num_multicast == 2 and (groups != 1 or splits > 1 or
+                               (ceil_div(n, block_n) if multicast_on_a else ceil_div(m, block_m)) % 2):
+        raise ValueError(f"multicast of {'A' if multicast_on_a else 'B'} needs a dense GEMM whose "
+                         f"{'N' if multicast_on_a else 'M'} blocks pair up ({m}x{n}, {block_m}x{block_n})")
     tiles = groups * ceil_div(m, block_m) * ceil_div(n, block_n)
-    ctas = num_sms // splits  # clusters
-    grid = min(ctas, min_sms_for_waves(tiles, num_waves(tiles, ctas), 1)) * splits
-    return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages, num_multicast=1,
-                      multicast_on_a=True, swizzle_d_bytes=swizzle_d_bytes(block_n, out_bytes), num_sms=grid,
+    if num_multicast == 2:
+        grid = min(num_sms // 2 * 2, min_sms_for_waves(tiles, num_waves(tiles, num_sms), 2))
+    else:
+        clusters = num_sms // splits
+        grid = min(clusters, min_sms_for_waves(tiles, num_waves(tiles, clusters), 1)) * splits
+    return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
+                      num_multicast=num_multicast, multicast_on_a=multicast_on_a, swizzle_d_bytes=swizzle_d_bytes(block_n, out_bytes), num_sms=grid,
                       smem_size=bf16_smem_size(block_m, block_n, stages, out_bytes, splits),
                       num_threads=num_math_threads(block_m) + 128, cluster_k_splits=splits)
 
@@ -174,12 +198,15 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
     per_group = kind in (KernelType.M_GROUPED_MASKED, KernelType.M_GROUPED_PSUM, KernelType.BATCHED)
     tile_groups = groups if per_group else 1
     max_block_m = 256 if kind in (KernelType.NORMAL, KernelType.BATCHED) else 128
-    splits = 1
+    splits, multicast, on_a = 1, 1, True
     if kind == KernelType.NORMAL and m <= 128 and k > 0:
         bm, bn, splits = _pick_decode(m, n, k, num_sms, mn_major_b, out_bytes)
     else:
         bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
-    return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups, cluster_k_splits=splits)
+        if kind == KernelType.NORMAL:
+            multicast, on_a = _dense_multicast(m, n, bm, bn, num_sms)
+    return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups, cluster_k_splits=splits,
+                             num_multicast=multicast, multicast_on_a=on_a)
 
 
 @functools.lru_cache(maxsize=4096)
