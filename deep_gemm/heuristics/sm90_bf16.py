@@ -144,7 +144,8 @@ def _dense_multicast(m: int, n: int, block_m: int, block_n: int, num_sms: int) -
     loads when the tiles fill every SM at least once (the L2-to-SM traffic then limits) and the blocks pair up.
     NOTES: H100, same run (benchmarks/NOTES.md "BF16 GEMMs"): 4096 x 2112 x 7168 at 128 x 192 182 -> 170 us with B
     shared, 4096 x 24576 x 1536 453 -> 405 us, 4096 x 4096 x 7168 at 128 x 256 304 -> 301 us; with fewer tiles than SMs
-    (4096 x 576 x 7168, 96 tiles) sharing B lost 4%."""
+    (4096 x 576 x 7168, 96 tiles) sharing B lost 4%. Only for K-major operands: with an MN-major B (nn, tn) and B
+    shared, the H100 results were NaN (not understood yet; the kernel refuses multicast with an MN-major operand)."""
     m_blocks, n_blocks = ceil_div(m, block_m), ceil_div(n, block_n)
     if m_blocks * n_blocks < num_sms or num_sms % 2:
         return 1, True
@@ -185,13 +186,15 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
 
 @functools.lru_cache(maxsize=4096)
 def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: int,
-                    kind: KernelType = KernelType.NORMAL, groups: int = 1, k: int = 0) -> GemmConfig:
+                    kind: KernelType = KernelType.NORMAL, groups: int = 1, k: int = 0,
+                    k_major_operands: bool = True) -> GemmConfig:
     """Configuration of a BF16 GEMM with m x n outputs of `out_bytes` (2: BF16, 4: FP32) each (m, n > 0). K does not
     enter: every tile runs the same K loop. Grouped kinds: contiguous counts m as all rows (a tile stays inside one
     128-row segment: BLOCK_M <= 128); masked and psum take m as the expected rows of each of `groups` groups, whose
     last blocks are partial (BLOCK_M <= 128 wastes less of them); batched takes m as the rows of each of `groups`
     heads. Dense calls of m <= 128 rows given their `k` are memory-bound: tile and cluster K splits from the decode
-    model (`_pick_decode`); k = 0 (unknown) keeps the wave-count choice without splits."""
+    model (`_pick_decode`); k = 0 (unknown) keeps the wave-count choice without splits. Dense calls past 128 rows
+    multicast only with both operands K-major (`k_major_operands`; see _dense_multicast)."""
     if min(m, n, num_sms, groups) <= 0 or out_bytes not in (2, 4):
         raise ValueError(f"m, n, num_sms and groups must be positive and out_bytes 2 or 4, got {m}, {n}, {num_sms}, "
                          f"{groups}, {out_bytes}")
@@ -203,7 +206,7 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
         bm, bn, splits = _pick_decode(m, n, k, num_sms, mn_major_b, out_bytes)
     else:
         bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
-        if kind == KernelType.NORMAL:
+        if kind == KernelType.NORMAL and k_major_operands:
             multicast, on_a = _dense_multicast(m, n, bm, bn, num_sms)
     return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups, cluster_k_splits=splits,
                              num_multicast=multicast, multicast_on_a=on_a)

@@ -101,5 +101,6 @@ def test_dense_multicast_only_with_a_full_wave_of_paired_blocks():
         blocks = -(-n // c.block_n) if c.multicast_on_a else -(-m // c.block_m)
         assert c.num_multicast == 2 and blocks % 2 == 0, (m, n, c)
     assert get_bf16_config(4096, 7168, 132, False, 2, KernelType.M_GROUPED_MASKED, 8).num_multicast == 1
+    assert get_bf16_config(4096, 2112, 132, True, 2, k_major_operands=False).num_multicast == 1  # nn / tn / tt
     with pytest.raises(ValueError, match="multicast of A"):
         build_bf16_config(4096, 2112, 128, 192, 132, 2, num_multicast=2, multicast_on_a=True)
