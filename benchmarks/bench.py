@@ -440,8 +440,9 @@ def _host_times(fn, batches=50, per_batch=200):
 
 
 def _host_time_calls():
-    """One small warmed call of every public GEMM (layouts the launch module runs without Python), and
-    torch._scaled_mm on the dense inputs."""
+    """One small warmed call of every public GEMM (layouts the launch module runs without Python; the BF16 names
+    without the argument-read row, their public arguments not being their op's), and torch._scaled_mm on the dense
+    inputs."""
     m = n = k = 128
     a8, sa_rows = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda"))
     b8, sb = deep_gemm.per_block_cast_to_fp8(torch.randn((n, k), device="cuda"))
@@ -475,6 +476,19 @@ def _host_time_calls():
         "bmm (4 batches)": (deep_gemm.bmm_fp8_fp8_bf16_nt, ((a3, sa_rows[None].repeat(groups, 1, 1)), (bg8, sbg), out3),
                             Op.BMM),
     }
+    # The BF16 names (issue 32), the same sizes: their launches go through the same `_C` path.
+    x, y = torch.randn((m, k), device="cuda").bfloat16(), torch.randn((n, k), device="cuda").bfloat16()
+    x3, y3 = x[None].repeat(groups, 1, 1), y[None].repeat(groups, 1, 1)
+    heads = torch.randn((32, 16, k), device="cuda").bfloat16(), torch.randn((16, n, k), device="cuda").bfloat16()
+    hc_b, hc_d, hc_s = torch.randn((24, k), device="cuda"), torch.empty((4, m, 24), device="cuda"), \
+        torch.empty((4, m), device="cuda")
+    calls.update({
+        "bf16_gemm_nt": (deep_gemm.bf16_gemm_nt, (x, y, out), None),
+        "bf16 masked (4 groups)": (deep_gemm.m_grouped_bf16_gemm_nt_masked, (x3, y3, out3, masked_m, 64), None),
+        "einsum bhr,hdr->bhd": (deep_gemm.einsum, ("bhr,hdr->bhd", *heads,
+                                                   torch.empty((32, 16, n), device="cuda").bfloat16()), None),
+        "tf32_hc_prenorm_gemm": (deep_gemm.tf32_hc_prenorm_gemm, (x, hc_b, hc_d, hc_s, 4), None),
+    })
     if hasattr(torch, "_scaled_mm"):
         sb_col = sb.t()
         calls["torch._scaled_mm"] = (lambda a, b: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb_col,
