@@ -5,7 +5,7 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
           masked, psum, bmm, wgrad, k_grouped
   CASE   any other GEMM variant: its tests/gemm_cases.py SPECS problem as a JSON object with the fields of the
          spec's small problem, e.g. '{"m": 4096, "n": 7168, "k": 2048}' (the dense 1D2D grid where it has m, n, k);
-         dense, wgrad, bf16 (nt, BF16 d): MxNxK;  contiguous, masked, psum: G:m:n:k (rows per group m x U(0.7, 1.3) with the
+         dense, wgrad, bf16 (nt, BF16 d): MxNxK;  contiguous, masked, psum, bf16_contiguous, bf16_masked: G:m:n:k (rows per group m x U(0.7, 1.3) with the
          seeds of benchmarks/bench.py; --skew draws skewed expert loads around m instead: a fifth of the experts
          empty, a tenth at 4m);  k_grouped: MxNxK:G (G groups of K each, one launch);  bmm: BxMxNxK (B batches)
   --bm / --bn        block sizes of the candidate grid (defaults per family); every legal pair, with and without
@@ -36,7 +36,7 @@ FAMILIES = variants_on("sm_90a", gemm=True)
 # without a problem maker of its own takes its tests/gemm_cases.py SPECS problem (`_spec_problem`), so a new variant
 # is tunable without an edit here.
 _OWN_FORMS = dict(dense="MxNxK", contiguous="G:m:n:k", masked="G:m:n:k", psum="G:m:n:k", bmm="BxMxNxK",
-                  wgrad="MxNxK", k_grouped="MxNxK:G", bf16="MxNxK")
+                  wgrad="MxNxK", k_grouped="MxNxK:G", bf16="MxNxK", bf16_contiguous="G:m:n:k", bf16_masked="G:m:n:k")
 SPEC_FORM = "JSON"
 CASE_FORMS = {name: _OWN_FORMS.get(name, SPEC_FORM) for name in FAMILIES}
 DEFAULT_TESTS = {name: dict(dense=15, bmm=15).get(name, 10) for name in FAMILIES}
@@ -309,6 +309,9 @@ def _spec_problem(family, values, bms, bns) -> Problem:
     from deep_gemm.heuristics.sm90 import MAX_STAGES, _legal_block, build_sm90_config
     if not {"m", "n", "k"} <= set(values):
         raise ValueError(f"--family {family}: its problem has no m, n, k fields, so no config grid to tune")
+    if families_of(family, "sm_90a")[0].name != "sm90_fp8_gemm_1d2d":
+        raise ValueError(f"--family {family}: the dense 1D2D config grid does not fit its kernel family "
+                         f"({families_of(family, 'sm_90a')[0].name}); give it a problem maker of its own")
     spec = _spec_of(family)
     case = spec.build(values, torch.device("cuda"), 0)
     kernel = families_of(family, "sm_90a")[0].function.rsplit("::", 1)[-1]
@@ -393,11 +396,64 @@ def _bf16_problem(values, bms, bns) -> Problem:
                    make_config, lambda cfg: sm90_bf16_gemm.kernel_source(n, cfg, kind), grid, check)
 
 
+def _bf16_grouped_problem(family, values, bms, bns, skew) -> Problem:
+    """bf16_contiguous / bf16_masked (nt): G groups of about m rows (drawn as for the FP8 grouped families), through
+    the test case builders (their checker: the FP32 reference and guard bands); with and without B shared by 2-CTA
+    pairs."""
+    import torch
+
+    import deep_gemm
+    from benchmarks.bench import skewed_sizes
+    from deep_gemm.heuristics import KernelType
+    from deep_gemm.heuristics.sm90_bf16 import COMPUTE_BLOCK_NS, build_bf16_config, get_bf16_config, legal_block
+    from tests.gemm_cases import build_bf16_contiguous, build_bf16_masked
+    groups, m, n, k = values
+    rng = random.Random(groups * m + n + k)
+    sizes = skewed_sizes(groups, m, rng) if skew else [int(m * rng.uniform(0.7, 1.3)) for _ in range(groups)]
+    sms = deep_gemm.get_num_sms()
+    if family == "bf16_contiguous":
+        kind, heur_m, heur_groups = KernelType.M_GROUPED_CONTIGUOUS, sum(-(-s // 128) * 128 for s in sizes), 1
+        case = build_bf16_contiguous(dict(sizes=sizes, n=n, k=k, layout="nt", psum=False), torch.device("cuda"), 0)
+    else:
+        kind, heur_m, heur_groups = KernelType.M_GROUPED_MASKED, m, groups
+        m_max = max(sizes + [1])
+        case = build_bf16_masked(dict(masked=sizes, m_max=m_max, n=n, k=k, expected_m=m), torch.device("cuda"), 0)
+
+    def check():
+        case.reset()
+        case.run()
+        case.check()  # raises on a wrong value or a written guard band
+        return None
+
+    def make_config(bm, bn, mc, on_a, stages, splits=1):
+        _no_splits(splits)
+        if bm > 128 or not legal_block(bm, bn, False) or (mc == 2 and on_a):
+            raise ValueError(f"{bm}x{bn} (multicast {mc}{'A' if on_a else 'B'}) is not a grouped bf16 config")
+        return build_bf16_config(heur_m, n, bm, bn, sms, 2, stages, groups=heur_groups, num_multicast=mc,
+                                 multicast_on_a=on_a, kind=kind)
+
+    def grid(bms, bns, _max_stages):
+        cfgs = []
+        for bm in bms or [64, 128]:
+            for bn in bns or COMPUTE_BLOCK_NS:
+                for mc, on_a in ((1, True), (2, False)):
+                    try:
+                        cfgs.append(make_config(bm, bn, mc, on_a, 0))
+                    except ValueError:
+                        continue
+        return cfgs
+    picked = get_bf16_config(heur_m, n, sms, False, 2, kind, heur_groups)
+    return Problem(f"{family} {groups}x{m} {n}x{k} rows={sum(sizes)}", case.run, "bf16_gemm", 2 * sum(sizes) * n * k,
+                   picked, make_config, None, grid, check)
+
+
 def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False) -> Problem:
     """The inputs, call and config builders of one CASE of `family` (on the current CUDA device)."""
     values = parse_case(family, case)
     if family == "bf16":
         return _bf16_problem(values, bms, bns)
+    if family in ("bf16_contiguous", "bf16_masked"):
+        return _bf16_grouped_problem(family, values, bms, bns, skew)
     if CASE_FORMS[family] == SPEC_FORM:
         return _spec_problem(family, values, bms, bns)
     if family in WGRAD_KERNEL:

@@ -157,21 +157,25 @@ def _dense_multicast(m: int, n: int, block_m: int, block_n: int, num_sms: int) -
 
 def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, out_bytes: int,
                       num_stages: int = 0, groups: int = 1, cluster_k_splits: int = 1, num_multicast: int = 1,
-                      multicast_on_a: bool = True) -> GemmConfig:
+                      multicast_on_a: bool = True, kind: KernelType = KernelType.NORMAL) -> GemmConfig:
     """The full configuration for chosen blocks (deepest pipeline that fits unless `num_stages` is given, smallest
     grid that keeps the number of waves; `groups` groups of m rows each; `cluster_k_splits` CTAs per tile, each
-    taking one range of K, the grid a multiple of them; `num_multicast` 2: dense tiles in 2-CTA clusters sharing A's
-    (`multicast_on_a`: an even N block count) or B's (an even M block count) TMA loads)."""
+    taking one range of K, the grid a multiple of them; `num_multicast` 2: tiles in 2-CTA clusters sharing A's
+    (`multicast_on_a`: dense, an even N block count) or B's (dense: an even M block count; `kind` contiguous or
+    masked: any, the kernel pairs the tiles and checks each pair) TMA loads)."""
     splits = cluster_k_splits
     stages = num_stages or max_stages(block_m, block_n, out_bytes, splits)
     if stages < 1 or bf16_smem_size(block_m, block_n, stages, out_bytes, splits) > SMEM_BUDGET:
         raise ValueError(f"block {block_m}x{block_n} with {stages} stages does not fit in shared memory")
     if splits > 1 and (groups != 1 or num_sms < splits):
         raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs on at least as many SMs")
-    if num_multicast == 2 and (groups != 1 or splits > 1 or
-                               (ceil_div(n, block_n) if multicast_on_a else ceil_div(m, block_m)) % 2):
+    paired_on_device = kind in (KernelType.M_GROUPED_CONTIGUOUS, KernelType.M_GROUPED_MASKED) and not multicast_on_a
+    if num_multicast == 2 and not paired_on_device and (
+            kind != KernelType.NORMAL or groups != 1 or splits > 1 or
+            (ceil_div(n, block_n) if multicast_on_a else ceil_div(m, block_m)) % 2):
         raise ValueError(f"multicast of {'A' if multicast_on_a else 'B'} needs a dense GEMM whose "
-                         f"{'N' if multicast_on_a else 'M'} blocks pair up ({m}x{n}, {block_m}x{block_n})")
+                         f"{'N' if multicast_on_a else 'M'} blocks pair up, or B shared by contiguous / masked "
+                         f"pairs ({m}x{n}, {block_m}x{block_n})")
     tiles = groups * ceil_div(m, block_m) * ceil_div(n, block_n)
     if num_multicast == 2:
         grid = min(num_sms // 2 * 2, min_sms_for_waves(tiles, num_waves(tiles, num_sms), 2))
@@ -179,7 +183,8 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
         clusters = num_sms // splits
         grid = min(clusters, min_sms_for_waves(tiles, num_waves(tiles, clusters), 1)) * splits
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
-                      num_multicast=num_multicast, multicast_on_a=multicast_on_a, swizzle_d_bytes=swizzle_d_bytes(block_n, out_bytes), num_sms=grid,
+                      num_multicast=num_multicast, multicast_on_a=multicast_on_a,
+                      swizzle_d_bytes=swizzle_d_bytes(block_n, out_bytes), num_sms=grid,
                       smem_size=bf16_smem_size(block_m, block_n, stages, out_bytes, splits),
                       num_threads=num_math_threads(block_m) + 128, cluster_k_splits=splits)
 

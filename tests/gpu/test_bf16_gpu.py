@@ -250,3 +250,36 @@ def test_deepgemm_k_grouped_shapes(groups, m, n, k_mean):
     torch.cuda.synchronize()
     diff = float(calc_diff(d, ref))
     assert diff < 1e-5, f"k-grouped {groups}x{m}x{n} ks={ks}: calc_diff {diff:.3g}"
+
+
+# B shared over 2-CTA clusters by contiguous and masked pairs (forced configurations; the heuristic does not pick
+# them yet): pairs of two experts, a padding block, an odd M block count (the phantom block), empty groups and an odd
+# tile count (the masked phantom tile). The result is the unshared kernel's, bitwise (the same sums in the same
+# order), and the reference's.
+GROUPED_MULTICAST = [
+    ("contiguous", dict(sizes=[300, 0, 129, 513, 64], n=384, k=520, layout="nt", psum=False)),
+    ("contiguous", dict(sizes=[128, 256, 1], n=200, k=4096, layout="nt", psum=False)),
+    ("masked", dict(masked=[64, 0, 200, 129, 1], m_max=256, n=384, k=520, expected_m=100)),
+    ("masked", dict(masked=[256, 255, 3], m_max=256, n=136, k=4096, expected_m=200)),
+]
+
+
+@pytest.mark.parametrize("form,params", GROUPED_MULTICAST, ids=[f"{f}{i}" for i, (f, _) in enumerate(GROUPED_MULTICAST)])
+def test_grouped_b_multicast(form, params):
+    from deep_gemm.heuristics import KernelType
+    from deep_gemm.heuristics.sm90_bf16 import build_bf16_config
+    from deep_gemm.testing import forced_config
+    kind = KernelType.M_GROUPED_CONTIGUOUS if form == "contiguous" else KernelType.M_GROUPED_MASKED
+    build = build_bf16_contiguous if form == "contiguous" else build_bf16_masked
+    rows, groups = (sum(params["sizes"]), 1) if form == "contiguous" else (params["expected_m"], len(params["masked"]))
+    outs = []
+    for multicast in (1, 2):
+        config = build_bf16_config(rows, params["n"], 128, 64, deep_gemm.get_num_sms(), 2, groups=groups,
+                                   num_multicast=multicast, multicast_on_a=multicast == 1, kind=kind)
+        with forced_config(config):
+            case = build(params, torch.device("cuda"), 3)
+            case.run()
+            torch.cuda.synchronize()
+            case.check()
+            outs.append(case.out.clone())
+    assert torch.equal(outs[0].nan_to_num(7.0), outs[1].nan_to_num(7.0)), "B multicast changed the result"

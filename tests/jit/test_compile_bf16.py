@@ -25,6 +25,9 @@ def _kind(name: str) -> KernelKind:
     kind = KernelKind(layout[0] == "t", layout[1] == "n", out.startswith("fp32"), out.endswith("+acc"))
     if form in ("heads", "ksplits"):
         kind = dataclasses.replace(kind, gemm_type=KernelType.BATCHED, batch_splits_k=form == "ksplits")
+    if form in ("contiguous", "masked"):
+        kind = dataclasses.replace(kind, gemm_type=KernelType.M_GROUPED_CONTIGUOUS if form == "contiguous"
+                                   else KernelType.M_GROUPED_MASKED)
     return kind
 
 
@@ -44,6 +47,12 @@ CONFIGS = {
     "nt-bf16-1x2112": (1, 2112, None),
     "nt-bf16-4096x2112": (4096, 2112, None),   # B shared over 2-CTA clusters
     "nt-fp32-4096x7168-mcA": (4096, 7168, build_bf16_config(4096, 7168, 256, 128, 132, 4, num_multicast=2)),
+    # B shared by contiguous / masked pairs (forced: the heuristic does not pick it yet).
+    "nt-bf16-contiguous-mcB": (32768, 7168, build_bf16_config(32768, 7168, 128, 192, 132, 2, num_multicast=2,
+                                                              multicast_on_a=False,
+                                                              kind=KernelType.M_GROUPED_CONTIGUOUS)),
+    "nt-bf16-masked-mcB": (192, 4096, build_bf16_config(192, 4096, 128, 256, 132, 2, groups=32, num_multicast=2,
+                                                        multicast_on_a=False, kind=KernelType.M_GROUPED_MASKED)),
     "nt-bf16+acc-128x576": (128, 576, None),
     "tt-fp32+acc-7x200-ks5": (7, 200, build_bf16_config(7, 200, 64, 64, 132, 4, cluster_k_splits=5)),
     "nn-bf16-100x576-ks8": (100, 576, build_bf16_config(100, 576, 128, 64, 132, 2, cluster_k_splits=8)),

@@ -91,9 +91,11 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                      "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kGemmType == GemmType::Normal or kContiguous or walks_groups(kGemmType) or kBatched,
                      "dense, contiguous, psum, masked or batched");
-    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or not (Config::kAccumulate or Config::kMNMajorA or
-                                                           Config::kNumMulticast > 1),
-                     "grouped and batched BF16 GEMMs: K-major A, D stored, no multicast");
+    DG_STATIC_ASSERT(kGemmType == GemmType::Normal or not (Config::kAccumulate or Config::kMNMajorA),
+                     "grouped and batched BF16 GEMMs: K-major A, D stored");
+    DG_STATIC_ASSERT(Config::kNumMulticast == 1 or kGemmType == GemmType::Normal or
+                         ((kContiguous or kGemmType == GemmType::MGroupedMasked) and not Config::kMulticastOnA),
+                     "multicast: dense, or B shared by contiguous / masked pairs");
     DG_STATIC_ASSERT(not Config::kOutputFP32 or kGemmType == GemmType::Normal or kBatched,
                      "grouped BF16 GEMMs write BF16 D");
     DG_STATIC_ASSERT(not Config::kBatchSplitsK or (kBatched and Config::kOutputFP32 and not Config::kMNMajorB),
@@ -107,6 +109,12 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     DG_STATIC_ASSERT(not kContiguous or BLOCK_M <= 128, "contiguous tiles must not span two 128-row segments");
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
+
+    // Grouped with B multicast (as the FP8 kernel): the pair's two M blocks may belong to two experts, or (masked)
+    // two N blocks (each CTA then loads its own B), or one may be padding (contiguous) or a phantom (masked,
+    // TileScheduler). Both CTAs walk the same stages, so padding blocks run the pipeline too (written as zeros by
+    // the row check below) and phantoms are not written (valid_rows 0).
+    constexpr bool kPairMayDiffer = (kContiguous or kGemmType == GemmType::MGroupedMasked) and Shell::kMulticastB;
 
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
@@ -159,8 +167,8 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                 ops.b_batch_rows = static_cast<int32_t>(SHAPE_N);
             }
             ops.scale_row = 0;
-            ops.skip = kContiguous and tile.skip;
-            ops.peer_shares_b = true;
+            ops.skip = kContiguous and tile.skip and not kPairMayDiffer;
+            ops.peer_shares_b = not kPairMayDiffer or tile.pair_shares_b;
             return ops;
         };
         shell.template produce<kStageTxBytes, kKSplits>(make_scheduler, operands, NoPromotion::Producer{});
@@ -185,7 +193,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                                                                                     wg.warp_row + wg.lane_row + h * 8,
                                                                                 shape_m - 1))
                                                    : 0;
-            if (kContiguous and tile.skip) {
+            if (kContiguous and tile.skip and not kPairMayDiffer) {
                 #pragma unroll
                 for (uint32_t s = 0; s < kNumSubTiles; ++s)
                     #pragma unroll
