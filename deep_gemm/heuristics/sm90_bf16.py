@@ -22,8 +22,9 @@ _STAGE_EFFICIENCY = {1: 0.4, 2: 0.7, 3: 0.9}
 # ClusterSplitEpilogue). Their model (decode_us): a fixed cost per call, one more with splits (the partial tiles'
 # exchange), each CTA's K loop (a K block costs its fixed round trip or its A and B rows at one SM's streaming rate),
 # and DRAM shared by the active CTAs (each adds its share, up to the whole card's rate). The constants were chosen
-# so that the picks lose least against the best of an H100 sweep of 320 configurations over 10 shapes (`python -m
-# tools.tune --family bf16`; 3% in geomean, at most 7%; benchmarks/NOTES.md "BF16 decode").
+# so that the picks lose least against the best of an H100 sweep over 10 shapes (`python -m tools.tune --family
+# bf16`, its 320 configurations with the heuristic's BLOCK_M; 3% in geomean, at most 11% at 1 x 256 x 7168;
+# benchmarks/NOTES.md "BF16 GEMMs").
 MAX_CLUSTER_K_SPLITS = 8          # the kernel's limit (a portable cluster)
 DECODE_SPLITS = (1, 2, 3, 4, 6)   # the counts the heuristic picks from (the measured ones)
 _CALL_US = 3.0

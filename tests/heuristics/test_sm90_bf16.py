@@ -69,7 +69,7 @@ def test_decode_picks_are_legal_and_fit(mn_major_b, out_bytes):
 
 
 def test_decode_picks_follow_the_measured_sweep():
-    """The H100 sweep (benchmarks/NOTES.md, "BF16 decode"): few-tile shapes cut K over a cluster, 128-row calls take
+    """The H100 sweep (benchmarks/NOTES.md, "BF16 GEMMs"): few-tile shapes cut K over a cluster, 128-row calls take
     two math warpgroups (128 x 7168 x 16384: 128 x 64 ran 92 us, the earlier 64 x 112 pick 110), wide n keeps one
     wave of wide tiles, and without k (warm-up of old shapes) nothing is split."""
     assert get_bf16_config(1, 576, 132, False, 2, k=7168).cluster_k_splits > 1
