@@ -145,8 +145,9 @@ def _dense_multicast(m: int, n: int, block_m: int, block_n: int, num_sms: int) -
     loads when the tiles fill every SM at least once (the L2-to-SM traffic then limits) and the blocks pair up.
     NOTES: H100, same run (benchmarks/NOTES.md "BF16 GEMMs"): 4096 x 2112 x 7168 at 128 x 192 182 -> 170 us with B
     shared, 4096 x 24576 x 1536 453 -> 405 us, 4096 x 4096 x 7168 at 128 x 256 304 -> 301 us; with fewer tiles than SMs
-    (4096 x 576 x 7168, 96 tiles) sharing B lost 4%. Only for K-major operands: with an MN-major B (nn, tn) and B
-    shared, the H100 results were NaN (not understood yet; the kernel refuses multicast with an MN-major operand)."""
+    (4096 x 576 x 7168, 96 tiles) sharing B lost 4%. Only for K-major operands: with an MN-major operand shared (B
+    at 128 x 192 in nn / tn, A at 256 x 128 in tn: several 64-wide boxes per stage) the H100 results were NaN (not
+    understood yet; the kernel refuses multicast with an MN-major operand)."""
     m_blocks, n_blocks = ceil_div(m, block_m), ceil_div(n, block_n)
     if m_blocks * n_blocks < num_sms or num_sms % 2:
         return 1, True
