@@ -12,7 +12,7 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
                      2-CTA multicast where the family and shape allow it (dense, contiguous, masked, psum)
   --max-stages S ... dense / contiguous / masked / psum: also try pipelines at most S deep
   --configs BMxBN[:STAGES][:mcA|mcB|:ksS] ...   time exactly these (STAGES: the depth for wgrad families, the
-                     maximum for the others; ksS: bf16's K cut over a cluster of S CTAs) instead of the grid
+                     maximum for the others; ksS: dense / bf16 K cut over a cluster of S CTAs) instead of the grid
   bf16's grid: every legal tile at m <= 128 with every cluster K split of one wave, past m = 128 with and without
                      2-CTA multicast (--bm / --bn narrow it)
 Every candidate is compiled in parallel first, checked against the dequantised reference (dense, wgrad,
@@ -105,7 +105,7 @@ def parse_config_spec(spec: str):
 
 def _no_splits(splits: int) -> None:
     if splits != 1:
-        raise ValueError("cluster K splits are a bf16 dense configuration")
+        raise ValueError("cluster K splits are a dense (FP8 or BF16) configuration")
 
 
 def describe(cfg) -> str:
@@ -214,7 +214,8 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
     psum_alignment = align if kind == KernelType.M_GROUPED_PSUM else 0
 
     def make_config(bm, bn, mc, on_a, stages, splits=1):
-        _no_splits(splits)
+        if splits > 1 and kind != KernelType.NORMAL:
+            raise ValueError("cluster K splits are a dense configuration")
         # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: dense M blocks pair
         # up; contiguous and masked pairs are checked on the device, the batched and psum kernels have no B
         # multicast: their M blocks stop at a group's end).
@@ -227,7 +228,7 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
             return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES, num_groups=groups,
                                      a_box_rows=batched_a_box_rows(heur_m, bm), gather_scales=True)
         return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES,
-                                 full_grid=walks_groups(kind))
+                                 full_grid=walks_groups(kind), cluster_k_splits=splits)
 
     def grid(bms, bns, max_stages):
         out_cfgs = []

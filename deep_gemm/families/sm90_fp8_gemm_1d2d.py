@@ -44,7 +44,7 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
                  kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m,
-                 kOneMBlock=config.a_box_rows > 0)
+                 kOneMBlock=config.a_box_rows > 0, kClusterSplitsK=config.cluster_k_splits)
     return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, config=named)
 
 
@@ -190,16 +190,17 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     params.pointer("sb", 3)
     params.u32("shape_m", shape_m)
     dense = kind == KernelType.NORMAL  # grouped_layout, num_groups, d, d_row_stride: unused by the dense GEMM
+    stores_rows = not dense or cfg.cluster_k_splits > 1  # (but its cluster K splits store D with plain stores)
     params.pointer("grouped_layout", 5 if len(tensors) > 5 else None)
     params.u32("num_groups", 0 if dense else num_groups)
-    params.pointer("d", None if dense else 4)
-    params.u32("d_row_stride", 0 if dense else out_row_stride)
+    params.pointer("d", 4 if stores_rows else None)
+    params.u32("d_row_stride", out_row_stride if stores_rows else 0)
     gathered = kind == KernelType.BATCHED  # sa and its group / row / k strides (elements; 0 along a size-1 dim)
     params.pointer("sa", 1 if gathered else None)
     strides = [stride if size > 1 else 0 for size, stride in zip(sa.shape, sa.stride())] if gathered else [0, 0, 0]
     for name, stride in zip(("sa_group_stride", "sa_row_stride", "sa_k_stride"), strides):
         params.u32(name, stride)
-    launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.num_multicast)
+    launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.cluster_size)
     # TMA operands need 16-byte aligned addresses; SB, the index tensor and a gathered SA are read as plain arrays.
     align_masks = (15, 3 if kind == KernelType.BATCHED else 15, 15, 3, 15, 3)[:len(tensors)]
     return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors], (4,),

@@ -45,11 +45,13 @@ def swizzle_d_bytes(block_n: int) -> int:
     return 0
 
 
-def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, gather_scales: bool = False) -> int:
+def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, gather_scales: bool = False,
+                   cluster_k_splits: int = 1) -> int:
     """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality);
-    `gather_scales`: the kernel's kGatherScales (the batched GEMM)."""
+    `gather_scales`: the kernel's kGatherScales (the batched GEMM); `cluster_k_splits` > 1: the D region holds the
+    FP32 partial tile and two barriers."""
     num_k_blocks = ceil_div(k, BLOCK_K)
-    d = align(block_m * block_n * 2, 1024)
+    d = align(block_m * block_n * 4 + 16, 1024) if cluster_k_splits > 1 else align(block_m * block_n * 2, 1024)
     stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
     # RHS scales: per tile [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32, or per stage [2] fp32
     sb = align(num_stages * 2 * 4, 8) if gather_scales else \
@@ -281,14 +283,20 @@ def batched_a_box_rows(m: int, block_m: int) -> int:
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
                       multicast_on_a: bool = True, max_stages: int = MAX_STAGES,
                       full_grid: bool = False, num_groups: int = 1, a_box_rows: int = 0,
-                      gather_scales: bool = False) -> GemmConfig:
+                      gather_scales: bool = False, cluster_k_splits: int = 1) -> GemmConfig:
     """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
     the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the device
     knows). `num_groups`: batches of a batched GEMM, whose tiles repeat per batch; `a_box_rows`: see GemmConfig;
-    `gather_scales`: the kernel gathers its scales per stage (the batched GEMM). Also used by tools/ to time
-    configurations the heuristic did not pick."""
+    `gather_scales`: the kernel gathers its scales per stage (the batched GEMM); `cluster_k_splits` CTAs of a
+    cluster per dense tile, each K blocks / splits of them (a divisor; not picked by the heuristic yet). Also used by tools/
+    to time configurations the heuristic did not pick."""
+    splits = cluster_k_splits
+    if splits > 1 and (num_multicast > 1 or num_groups > 1 or gather_scales or full_grid or num_sms < splits or
+                       ceil_div(k, BLOCK_K) % splits):
+        raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs without multicast whose {ceil_div(k, BLOCK_K)} "
+                         f"K blocks they divide")
     stages = next((s for s in range(max_stages, 0, -1)
-                   if sm90_smem_size(k, block_m, block_n, s, gather_scales) <= SMEM_BUDGET), 0)
+                   if sm90_smem_size(k, block_m, block_n, s, gather_scales, splits) <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
     m_blocks = ceil_div(m, block_m)
@@ -298,13 +306,16 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
     waves = num_waves(tiles, num_sms)
     grid = num_sms // num_multicast * num_multicast if full_grid else \
         min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
+    if splits > 1:  # clusters of `splits` CTAs, each cluster one tile at a time
+        clusters = num_sms // splits
+        grid = min(clusters, min_sms_for_waves(tiles, num_waves(tiles, clusters), 1)) * splits
     if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
         num_multicast, multicast_on_a, grid = 1, True, min(num_sms, min_sms_for_waves(tiles, waves, 1))
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
                       num_multicast=num_multicast, multicast_on_a=multicast_on_a,
                       swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
-                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales),
-                      num_threads=num_math_threads(block_m) + 128, a_box_rows=a_box_rows)
+                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales, splits),
+                      num_threads=num_math_threads(block_m) + 128, a_box_rows=a_box_rows, cluster_k_splits=splits)
 
 
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,

@@ -257,3 +257,17 @@ def test_new_m_never_compiles(monkeypatch):
     for m in (1, 64, 65, 128, 129, 700, 1537, 4096, 5000, 9001):
         run_and_check(m, n, k, seed=m)
     assert calls == [], f"{len(calls)} compiles after the first sight of (n, k)"
+
+
+# Cluster K splits of the dense FP8 kernel (forced: the heuristic does not pick them yet): the split counts divide
+# the K blocks; several tiles per cluster (1 x 2112 with 16-wide tiles), 2 M blocks, odd n, k not a multiple of 128,
+# guard bands, bitwise reruns (run_and_check), and agreement with the unsplit kernel.
+@pytest.mark.parametrize("m,n,k,block_m,block_n,splits", [
+    (1, 2112, 7168, 64, 64, 4), (1, 2112, 7168, 64, 16, 8), (7, 2112, 7168, 64, 64, 7), (64, 576, 7168, 64, 64, 2),
+    (100, 4096, 2048, 128, 128, 4), (33, 250, 1000, 64, 64, 8), (1, 256, 512, 64, 16, 4)])
+def test_cluster_k_splits(m, n, k, block_m, block_n, splits):
+    from deep_gemm.heuristics.sm90 import build_sm90_config
+    from deep_gemm.testing import forced_config
+    config = build_sm90_config(m, n, k, block_m, block_n, deep_gemm.get_num_sms(), cluster_k_splits=splits)
+    with forced_config(config):
+        run_and_check(m, n, k, seed=splits)

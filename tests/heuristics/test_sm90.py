@@ -5,7 +5,7 @@ import pytest
 
 from deep_gemm.heuristics import GemmConfig, GemmProblem, KernelType, get_config, get_sm90_config, sm90_smem_size
 from deep_gemm.heuristics.common import ceil_div
-from deep_gemm.heuristics.sm90 import (MAX_STAGES, SMEM_BUDGET, VARIANT_M_CAP, kernel_key,
+from deep_gemm.heuristics.sm90 import (MAX_STAGES, SMEM_BUDGET, VARIANT_M_CAP, build_sm90_config, kernel_key,
                                        sm90_kernel_variants)
 
 NUM_SMS = 132
@@ -335,3 +335,19 @@ def test_batched_few_k_blocks_avoid_one_large_tile_per_cta(b, m, n, k, block):
     benchmarks/NOTES.md issue 17); small tiles and grids of several tiles per CTA are left alone."""
     c = _batched(b, m, n, k)
     assert (c.block_m, c.block_n) == block
+
+
+def test_cluster_k_splits_configs():
+    """Forced cluster K splits of the dense FP8 kernel: the split count divides the K blocks, the grid is whole
+    clusters of one tile each, the D region holds the FP32 partial tile; grouped, multicast and uneven cuts refused."""
+    c = build_sm90_config(1, 2112, 7168, 64, 64, 132, cluster_k_splits=4)
+    assert c.cluster_k_splits == 4 and c.cluster_size == 4 and c.num_sms == 132 and c.num_sms % 4 == 0
+    assert c.smem_size == sm90_smem_size(7168, 64, 64, c.num_stages, cluster_k_splits=4) <= SMEM_BUDGET
+    # 16 KB of FP32 partial sums + two barriers (to 17 KB) instead of the 8 KB BF16 tile
+    assert sm90_smem_size(7168, 64, 64, 4, cluster_k_splits=4) - sm90_smem_size(7168, 64, 64, 4) == 9216
+    with pytest.raises(ValueError, match="K blocks they divide"):
+        build_sm90_config(1, 2112, 7168, 64, 64, 132, cluster_k_splits=3)
+    with pytest.raises(ValueError, match="without multicast"):
+        build_sm90_config(1, 2112, 7168, 64, 64, 132, 2, True, cluster_k_splits=2)
+    with pytest.raises(ValueError, match="without multicast"):
+        build_sm90_config(1, 2112, 7168, 64, 64, 132, num_groups=4, cluster_k_splits=2)

@@ -32,6 +32,13 @@ __device__ __forceinline__ void static_for(F&& f) {
     }
 }
 
+// The value `x`, which the compiler can no longer treat as a constant (loop bounds it must not unroll by).
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+}
+
 // The type `A` when `kCond`, else `B` (std::conditional, which NVRTC's headers may lack).
 template <bool kCond, typename A, typename B>
 struct Conditional {

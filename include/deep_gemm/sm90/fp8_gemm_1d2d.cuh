@@ -8,6 +8,9 @@
 // One kernel family for the dense GEMM and the two MoE grouped layouts (see GemmType in common/scheduler.cuh):
 // the grouped types differ only in how tiles map to rows of A/D, to an expert's B/SB, and in what the epilogue
 // may write.
+// Dense decode-sized GEMMs may cut K over a cluster of Config::kClusterSplitsK = S > 1 CTAs (as the BF16 kernel):
+// the S CTAs take the same tile, each K blocks / S consecutive K blocks (S divides them), and add their promoted FP32
+// tiles up in shared memory in split order (ClusterSplitEpilogue, epilogue.cuh).
 
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
@@ -24,9 +27,12 @@ namespace deep_gemm::sm90 {
 
 // Shared-memory bytes of one instantiation; the host computes the same number (heuristics/sm90.py) and passes it
 // as kSmemSize, and the kernel static-asserts that the two agree.
-template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales>
+// With cluster K splits the D region holds the FP32 partial tile and its two barriers instead.
+template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales,
+          uint32_t kClusterSplits = 1>
 constexpr uint32_t fp8_gemm_smem_size() {
-    constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * 2, 1024);
+    constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * (kClusterSplits > 1 ? 4 : 2) +
+                                                  (kClusterSplits > 1 ? 16 : 0), 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
     return d + kNumStages * stage + fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>() +
            kNumStages * 2 * 8;
@@ -132,7 +138,8 @@ struct FP8GemmOutput {
 // kLoadRowsA (rows of A each stage loads: BLOCK_M, or fewer when no group has more rows (batched GEMMs with
 // m < BLOCK_M); the rest of the stage's A tile keeps stale data, which only reaches rows the epilogue does not
 // write), kOneMBlock (batched GEMMs with m <= BLOCK_M: one M block per batch, a tile walk without run-time
-// divisions; TileScheduler).
+// divisions; TileScheduler), kClusterSplitsK (1, or 2-8 CTAs of a cluster cutting a dense tile's K; the launch's
+// cluster size).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
@@ -166,11 +173,17 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     constexpr uint32_t kNumMulticast = Config::kNumMulticast;
     constexpr bool kMulticastOnA = Config::kMulticastOnA;
     constexpr bool kGatherScales = Config::kGatherScales;
+    constexpr uint32_t kClusterSplits = Config::kClusterSplitsK;
+    constexpr bool kSplitsInCluster = kClusterSplits > 1;
     using Promotion = FP8BlockPromotion<Config>;
-    using Epilogue = BF16Epilogue<BLOCK_M, BLOCK_N, Config::kSwizzleDBytes>;
-    using Shell = KernelShell<Config, FP8E4M3Operands, Promotion, Epilogue>;
-    using KLoop = PromotedKLoop<Shell, Promotion>;
     constexpr uint32_t kNumKBlocks = Promotion::kNumKBlocks;
+    constexpr uint32_t kSplitKBlocks = kNumKBlocks / kClusterSplits;  // K blocks per cluster split
+    using TileEpilogue = BF16Epilogue<BLOCK_M, BLOCK_N, Config::kSwizzleDBytes>;
+    using SplitEpilogue = ClusterSplitEpilogue<kClusterSplits < 2 ? 2 : kClusterSplits, BLOCK_M, BLOCK_N,
+                                               num_math_threads<BLOCK_M>(), false, false>;
+    using Epilogue = typename Conditional<kSplitsInCluster, SplitEpilogue, TileEpilogue>::Type;
+    using Shell = KernelShell<Config, FP8E4M3Operands, Promotion, Epilogue>;
+    using KLoop = PromotedKLoop<Shell, Promotion, kSplitKBlocks>;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
     constexpr uint32_t kNumAccum = Shell::kNumAccum;
     constexpr uint32_t kStageTxBytes = Shell::stage_tx_bytes(Config::kLoadRowsA);
@@ -190,8 +203,13 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                      "A rows per stage: a multiple of 8 up to BLOCK_M; fewer only for batched GEMMs with m < it");
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
-    DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>()),
+    DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales,
+                                                              kClusterSplits>()),
                      "host and device disagree on the shared-memory size");
+    DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
+    DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and kNumMulticast == 1 and
+                                              kNumKBlocks % kClusterSplits == 0),
+                     "cluster K splits: dense GEMMs without multicast, the split count dividing the K blocks");
     // Grouped with B multicast: the pair's two M blocks may belong to two experts, or (masked) two N blocks (each
     // CTA then loads its own B), or one may be padding (contiguous) or a phantom (masked, TileScheduler). Both CTAs
     // must walk the same stages (a multicast lands in the peer's stage and barrier of the same index), so padding
@@ -202,9 +220,17 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
 
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
+    if constexpr (kSplitsInCluster) {
+        if (threadIdx.x == 0)
+            SplitEpilogue::init(shell.smem_d);
+    }
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
-    using Scheduler =
-        typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment, Config::kOneMBlock>;
+    if constexpr (kSplitsInCluster)
+        cluster_sync();  // the peers' barriers are initialised before the first remote arrival
+    using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment,
+                                                         Config::kOneMBlock, kClusterSplits>;
+    // Cluster K splits: this CTA's first K block (split = cluster rank = blockIdx.x % kClusterSplits, 1-D cluster).
+    const uint32_t k_base = kSplitsInCluster ? blockIdx.x % kClusterSplits * kSplitKBlocks : 0u;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
     if (Shell::is_producer()) {
@@ -214,10 +240,13 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             ops.map_b = &tensor_map_b;
             ops.m_idx = static_cast<int32_t>(tile.row_base);
             ops.n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
-            ops.num_k_blocks = kNumKBlocks;
+            // NOTES: a compile-time trip count with a run-time first block made the producer's loop unroll fully
+            // and precompute every stage's coordinates, past its 40 registers (ptxas spilled 0.5 KB at 14 blocks).
+            ops.num_k_blocks = kSplitsInCluster ? opaque_u32(kSplitKBlocks) : kSplitKBlocks;
+            ops.first_k_block = k_base;
             // Masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
             // psum: as contiguous.
-            ops.scale_row = kGemmType == GemmType::MGroupedMasked ? tile.group * kNumKBlocks : 0;
+            ops.scale_row = kGemmType == GemmType::MGroupedMasked ? tile.group * kNumKBlocks : k_base;
             ops.skip = kSkipPadding and tile.skip;
             ops.peer_shares_b = not kPairMayDiffer or tile.pair_shares_b;
             return ops;
@@ -230,6 +259,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         const auto wg = shell.math_warpgroup();
         typename Promotion::Math promotion(shell.smem_scales, sb, wg);
         const FP8GemmOutput<Config, Shell> output{&tensor_map_d, grouped_layout, shape_m, d, d_row_stride};
+        SplitEpilogue split_epilogue(shell.smem_d, threadIdx.x);  // used with cluster K splits only
         float partial[KLoop::kNumPartials][kNumAccum];
         float final_accum[kNumSubTiles][kNumAccum];
 
@@ -249,6 +279,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // inside the K loop (an R2UR per chunk at 64x56).
             const uint32_t n_start = tile.n_block * BLOCK_N;
             promotion.begin_tile(sb_buf);
+            if constexpr (kSplitsInCluster)
+                promotion.begin_split(k_base);
             Tile next_tile;
             const bool has_next = scheduler.next(next_tile);
             float next_sb[Promotion::kSBPerThread];
@@ -272,12 +304,28 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // ---- Epilogue (per warpgroup) ----
             if (has_next)
                 promotion.store_tile_sb(sb_buf ^ 1, next_sb);
-            output.store(tile, n_start, wg, shell.smem_d, final_accum, row_expert);
+            if constexpr (kSplitsInCluster) {
+                // The cluster's partial tiles added up (pair j: sub-tile 2j / kNumAccum, accumulators a, a + 1 with
+                // a = 2j % kNumAccum), then the warpgroup barrier that publishes the next tile's RHS scales.
+                split_epilogue.reduce(&final_accum[0][0], threadIdx.x / 32, wg.lane_idx, [&](uint32_t j, float2 sum) {
+                    const uint32_t s = 2 * j / kNumAccum, a = 2 * j % kNumAccum;
+                    const uint32_t row = tile.row_base + wg.sub_tile_row(s) + wg.warp_row + wg.lane_row +
+                                         8 * ((a / 2) % 2);
+                    if (row < shape_m)
+                        SplitEpilogue::store_pair(d, d_row_stride, row, n_start + 8 * (a / 4) + 2 * (wg.lane_idx % 4),
+                                                  SHAPE_N, sum);
+                });
+                wg.sync();
+            } else {
+                output.store(tile, n_start, wg, shell.smem_d, final_accum, row_expert);
+            }
             tile = next_tile, has_tile = has_next, sb_buf ^= 1;
         }
         wg.finish();
     }
     Shell::teardown();
+    if constexpr (kSplitsInCluster)
+        cluster_sync();  // no CTA leaves while a peer may still read its partial tile or arrive on its barriers
 #endif
 }
 

@@ -225,6 +225,9 @@ struct FP8BlockPromotion {
         __device__ __forceinline__ void begin_tile(uint32_t buf) {
             tile_sb_addr = smem_u32(wg_sb + buf * kNumSBPerTile);
         }
+        // The K loop covers one split of K starting at K block `k_base` (cluster K splits): prefetch(k) is then
+        // K block k_base + k's.
+        __device__ __forceinline__ void begin_split(uint32_t k_base) { tile_sb_addr += k_base * 4; }
 
         // K block k_block's RHS scales from the tile's buffer.
         // NOTES: this warpgroup wrote them itself (store_tile_sb), so they are read before the stage's full-barrier
