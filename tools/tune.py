@@ -231,13 +231,19 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
                                  full_grid=walks_groups(kind), cluster_k_splits=splits)
 
     def grid(bms, bns, max_stages):
+        # Dense decode sizes (m <= 128) also try cluster K splits: those dividing the K blocks, one wave of clusters.
+        from deep_gemm.heuristics.common import max_clusters
+        split_counts = [s for s in range(2, 9) if ceil_div(k, 128) % s == 0] if family == "dense" and m <= 128 else []
         out_cfgs = []
         for stages in max_stages or [MAX_STAGES]:
             for bm in bms or default_bms:
                 for bn in bns or ([96, 112, 128, 144, 160] if family == "dense" else [64, 96, 128, 160, 192]):
-                    for mc, on_a in ((1, True), (2, True), (2, False)):
+                    tiles = ceil_div(heur_m, bm) * ceil_div(n, bn)
+                    variants = [(mc, on_a, 1) for mc, on_a in ((1, True), (2, True), (2, False))] + \
+                        [(1, True, s) for s in split_counts if tiles <= max_clusters(sms, s)]
+                    for mc, on_a, splits in variants:
                         try:
-                            out_cfgs.append(make_config(bm, bn, mc, on_a, stages))
+                            out_cfgs.append(make_config(bm, bn, mc, on_a, stages, splits))
                         except ValueError:
                             continue
         return out_cfgs

@@ -3,7 +3,7 @@ output swizzle and grid, for either operand layout and a BF16 or FP32 D."""
 import functools
 from typing import Tuple
 
-from .common import GemmConfig, KernelType, ceil_div, min_sms_for_waves, num_waves
+from .common import GemmConfig, KernelType, ceil_div, max_clusters, min_sms_for_waves, num_waves
 from .sm90 import SMEM_BUDGET, SMEM_BYTES_PER_CLK, num_math_threads
 
 BLOCK_K = 64              # BF16 elements of K per stage: one 128-byte swizzle row
@@ -36,13 +36,6 @@ _DRAM_BYTES_PER_US = 2.1e6
 # Candidates modelled within this factor of the fastest count as equal: then the fewest splits, the fewest waves
 # (wide tiles for wide n: the model does not see A's re-reads per tile), the most CTAs.
 _DECODE_TOLERANCE = 1.03
-
-
-def max_clusters(num_sms: int, splits: int) -> int:
-    """Clusters of `splits` CTAs that run at once, assuming GPCs of 16 SMs (a cluster never spans two; H100 and H200
-    have 16-18 SMs per GPC). NOTES: on an H100, grids of 132 CTAs in clusters of 3, 4 or 6 ran 20-40% slower than
-    grids within this bound (the last clusters waited for a second wave)."""
-    return num_sms if splits == 1 else num_sms // 16 * (16 // splits)
 
 
 def decode_us(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, splits: int) -> float:
