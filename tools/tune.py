@@ -305,6 +305,17 @@ def _wgrad_problem(family, values, bms, bns) -> Problem:
                    make_config, lambda cfg: sm90_fp8_wgrad_1d1d.kernel_source(n, cfg, capacity), grid, check)
 
 
+def _case_check(case):
+    """The check of a tests/gemm_cases.py case: one fresh call, then its checker, which raises on a wrong value or a
+    written guard band."""
+    def check():
+        case.reset()
+        case.run()
+        case.check()
+        return None
+    return check
+
+
 def _spec_problem(family, values, bms, bns) -> Problem:
     """A variant without a problem maker of its own: its SPECS case (inputs and reference check from
     tests/gemm_cases.py), timed by its family's kernel name, over the dense 1D2D config grid (the family reads
@@ -326,11 +337,7 @@ def _spec_problem(family, values, bms, bns) -> Problem:
     mnk = (values["m"], values["n"], values["k"])
     picked = get_config(GemmProblem(*mnk, sms))
 
-    def check():
-        case.reset()
-        case.run()
-        case.check()  # raises on a wrong value or a written guard band
-        return None
+    check = _case_check(case)
 
     def make_config(bm, bn, mc, on_a, stages, splits=1):
         _no_splits(splits)
@@ -426,11 +433,7 @@ def _bf16_grouped_problem(family, values, bms, bns, skew) -> Problem:
         m_max = max(sizes + [1])
         case = build_bf16_masked(dict(masked=sizes, m_max=m_max, n=n, k=k, expected_m=m), torch.device("cuda"), 0)
 
-    def check():
-        case.reset()
-        case.run()
-        case.check()  # raises on a wrong value or a written guard band
-        return None
+    check = _case_check(case)
 
     def make_config(bm, bn, mc, on_a, stages, splits=1):
         _no_splits(splits)

@@ -204,17 +204,8 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                 k_loop.run(tile_k_blocks(tile));
             }
             if constexpr (kSplitsInCluster) {
-                // Pair j of this thread's accumulators: sub-tile s = 2j / kNumAccum, accumulators (a, a + 1) with
-                // a = 2j % kNumAccum: row + 8 * ((a / 2) % 2) of the thread's rows, columns 8 * (a / 4) +
-                // 2 * (lane % 4) + {0, 1}.
-                split_epilogue.reduce(&accum[0][0], threadIdx.x / 32, wg.lane_idx, [&](uint32_t j, float2 sum) {
-                    const uint32_t s = 2 * j / kNumAccum, a = 2 * j % kNumAccum;
-                    const uint32_t row = tile.row_base + wg.sub_tile_row(s) + wg.warp_row + wg.lane_row +
-                                         8 * ((a / 2) % 2);
-                    if (row < shape_m)
-                        SplitEpilogue::store_pair(d, d_row_stride, row, tile.n_block * BLOCK_N + 8 * (a / 4) +
-                                                  2 * (wg.lane_idx % 4), SHAPE_N, sum);
-                });
+                split_epilogue.reduce_to_d(&accum[0][0], wg, tile.row_base, tile.n_block * BLOCK_N, shape_m, SHAPE_N,
+                                           d, d_row_stride);
                 continue;
             }
             // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> BF16 / FP32 smem tile -> TMA ----

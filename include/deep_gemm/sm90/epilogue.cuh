@@ -270,6 +270,20 @@ struct ClusterSplitEpilogue {
         phase ^= 1;
     }
 
+    // `reduce`, each sum stored to D (at `row_stride` elements per row) at the tile's (row_base, col_base) plus the
+    // pair's place (MathWarpgroup::pair_position), rows >= shape_m and columns >= shape_n skipped.
+    template <typename MathWarpgroup>
+    __device__ __forceinline__ void reduce_to_d(const float* acc, const MathWarpgroup& wg, uint32_t row_base,
+                                                uint32_t col_base, uint32_t shape_m, uint32_t shape_n, uint8_t* d,
+                                                uint32_t row_stride) {
+        reduce(acc, threadIdx.x / 32, wg.lane_idx, [&](uint32_t j, float2 sum) {
+            uint32_t row, col;
+            wg.pair_position(j, row, col);
+            if (row_base + row < shape_m)
+                store_pair(d, row_stride, row_base + row, col_base + col, shape_n, sum);
+        });
+    }
+
     // D[row][col, col + 1] (+)= v, columns >= shape_n skipped (`row_stride` in elements).
     __device__ __forceinline__ static void store_pair(uint8_t* d, uint32_t row_stride, uint32_t row, uint32_t col,
                                                       uint32_t shape_n, float2 v) {

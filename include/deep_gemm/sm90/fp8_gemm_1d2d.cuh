@@ -305,16 +305,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             if (has_next)
                 promotion.store_tile_sb(sb_buf ^ 1, next_sb);
             if constexpr (kSplitsInCluster) {
-                // The cluster's partial tiles added up (pair j: sub-tile 2j / kNumAccum, accumulators a, a + 1 with
-                // a = 2j % kNumAccum), then the warpgroup barrier that publishes the next tile's RHS scales.
-                split_epilogue.reduce(&final_accum[0][0], threadIdx.x / 32, wg.lane_idx, [&](uint32_t j, float2 sum) {
-                    const uint32_t s = 2 * j / kNumAccum, a = 2 * j % kNumAccum;
-                    const uint32_t row = tile.row_base + wg.sub_tile_row(s) + wg.warp_row + wg.lane_row +
-                                         8 * ((a / 2) % 2);
-                    if (row < shape_m)
-                        SplitEpilogue::store_pair(d, d_row_stride, row, n_start + 8 * (a / 4) + 2 * (wg.lane_idx % 4),
-                                                  SHAPE_N, sum);
-                });
+                // The cluster's partial tiles added up, then the warpgroup barrier that publishes the next tile's RHS
+                // scales (output.store's, otherwise).
+                split_epilogue.reduce_to_d(&final_accum[0][0], wg, tile.row_base, n_start, shape_m, SHAPE_N, d,
+                                           d_row_stride);
                 wg.sync();
             } else {
                 output.store(tile, n_start, wg, shell.smem_d, final_accum, row_expert);

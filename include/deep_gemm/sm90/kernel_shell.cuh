@@ -261,6 +261,14 @@ struct KernelShell {
         }
         __device__ __forceinline__ uint32_t thread_row() const { return math_wg * WGMMA::M + warp_row + lane_row; }
 
+        // Tile row and column of this thread's accumulator pair j (values 2j and 2j + 1 of its kNumSubTiles x
+        // kNumAccum accumulators: one row, two adjacent columns; the WGMMA layout of sub-tile 2j / kNumAccum).
+        __device__ __forceinline__ void pair_position(uint32_t j, uint32_t& row, uint32_t& col) const {
+            const uint32_t s = 2 * j / kNumAccum, a = 2 * j % kNumAccum;
+            row = sub_tile_row(s) + warp_row + lane_row + 8 * ((a / 2) % 2);
+            col = 8 * (a / 4) + 2 * (lane_idx % 4);
+        }
+
         // Issue (not wait for) the WGMMAs of one K block (kStageK) of sub-tile s in `stage` into acc (overwriting
         // it, or adding to it with `accumulate`).
         __device__ __forceinline__ void issue_mma(uint32_t stage, uint32_t s, float* acc,

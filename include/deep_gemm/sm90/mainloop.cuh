@@ -11,16 +11,16 @@ namespace deep_gemm::sm90 {
 
 // One tile's K loop of a promoting kernel with a compile-time K (kNumKBlocks): every K block's WGMMAs write a partial
 // accumulator, which is scaled into the tile's final accumulators (one per 64-row sub-tile) once it is complete.
-// kLen < kNumKBlocks: the loop covers kLen K blocks (one split of K over a cluster); the stages hold the split's
-// blocks and Promotion::Math's K-block indices start at the split's (`Math::begin_split`).
+// kLoopKBlocks < kNumKBlocks: the loop covers that many K blocks (one split of K over a cluster); the stages hold the
+// split's blocks and Promotion::Math's K-block indices start at the split's (`Math::begin_split`).
 // Promotion::Math provides prefetch(k_block) (scales read before the stage's wait), at_stage(stage, prefetched),
 // multipliers(stage, sub_tile, scales) and promote<kNumAccum>(final, partial, multipliers, straddle).
-template <typename Shell, typename Promotion, uint32_t kLen = Promotion::kNumKBlocks>
+template <typename Shell, typename Promotion, uint32_t kLoopKBlocks = Promotion::kNumKBlocks>
 struct PromotedKLoop {
     using Math = typename Promotion::Math;
     using Scales = typename Promotion::Scales;
     static constexpr uint32_t kNumKBlocks = Promotion::kNumKBlocks;
-    DG_STATIC_ASSERT(kLen >= 1 and kLen <= kNumKBlocks, "a K loop covers 1 to all K blocks");
+    DG_STATIC_ASSERT(kLoopKBlocks >= 1 and kLoopKBlocks <= kNumKBlocks, "a K loop covers 1 to all K blocks");
     static constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
     static constexpr uint32_t kNumAccum = Shell::kNumAccum;
     // NOTES: with one 64-row sub-tile per warpgroup there are registers for two partial accumulators, so K block
@@ -47,21 +47,22 @@ struct PromotedKLoop {
         uint32_t cur_stage;
     };
 
-    // The tile's kLen K blocks, `straddle` as Promotion::Math::promote takes it.
+    // The tile's kLoopKBlocks K blocks, `straddle` as Promotion::Math::promote takes it.
     template <typename Straddle>
     __device__ __forceinline__ void run(Straddle straddle) {
         if constexpr (kOverlapPromotion) {
             InFlight in_flight;
             in_flight.cur_stage = 0;
             #pragma unroll 1
-            for (uint32_t k0 = 0; k0 + kOverlapChunk <= kLen; k0 += kOverlapChunk)
+            for (uint32_t k0 = 0; k0 + kOverlapChunk <= kLoopKBlocks; k0 += kOverlapChunk)
                 run_chunk<kOverlapChunk>(in_flight, k0, straddle);
-            if constexpr (kLen % kOverlapChunk != 0)
-                run_chunk<kLen % kOverlapChunk>(in_flight, kLen / kOverlapChunk * kOverlapChunk, straddle);
+            if constexpr (kLoopKBlocks % kOverlapChunk != 0)
+                run_chunk<kLoopKBlocks % kOverlapChunk>(in_flight, kLoopKBlocks / kOverlapChunk * kOverlapChunk,
+                                                        straddle);
         } else {
             // NOTES: unrolling by 4 gave +4-7% at 256x128 and 128x192 on the H200 (measured).
             #pragma unroll 4
-            for (uint32_t k_block = 0; k_block < kLen; ++k_block) {
+            for (uint32_t k_block = 0; k_block < kLoopKBlocks; ++k_block) {
                 const auto tile_sb = promotion.prefetch(k_block);
                 shell.ring.wait_full(stages);
                 const auto sb = promotion.at_stage(stages.stage, tile_sb);
