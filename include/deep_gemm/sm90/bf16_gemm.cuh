@@ -119,13 +119,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
 
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
-    if constexpr (kSplitsInCluster) {
-        if (threadIdx.x == 0)
-            Epilogue::init(shell.smem_d);
-    }
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_d);
-    if constexpr (kSplitsInCluster)
-        cluster_sync();  // the peers' barriers are initialised before the first remote arrival
     using Scheduler =
         typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment, false, kClusterSplits>;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
@@ -247,8 +241,6 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
         wg.finish();
     }
     Shell::teardown();
-    if constexpr (kSplitsInCluster)
-        cluster_sync();  // no CTA leaves while a peer may still read its partial tile or arrive on its barriers
 #endif
 }
 

@@ -194,6 +194,20 @@ struct WarpgroupTileEpilogue {
     }
 };
 
+// What the shell needs of an epilogue whose CTAs cooperate across a cluster: its CTAs per cluster (kClusterCtas) and
+// the one-thread initialisation of its barriers before the cluster synchronises (init(smem_d)); an epilogue without
+// kClusterCtas works within its CTA (1, nothing to initialise).
+template <typename Epilogue, typename = void>
+struct ClusterEpilogue {
+    static constexpr uint32_t kClusterCtas = 1;
+    __device__ __forceinline__ static void init(uint8_t*) {}
+};
+template <typename Epilogue>
+struct ClusterEpilogue<Epilogue, decltype(void(Epilogue::kClusterCtas))> {
+    static constexpr uint32_t kClusterCtas = Epilogue::kClusterCtas;
+    __device__ __forceinline__ static void init(uint8_t* smem_d) { Epilogue::init(smem_d); }
+};
+
 // K splits over a cluster (dense GEMMs too small to give every SM an output tile): the kSplits CTAs of a cluster
 // compute one output tile, each over its own contiguous range of K (KSplits; split = cluster rank). Every CTA writes
 // its FP32 accumulators into its own shared memory; then each CTA adds up a share of the tile's accumulator pairs
@@ -206,6 +220,7 @@ struct WarpgroupTileEpilogue {
 template <uint32_t kSplits, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumMathThreads, bool kFP32, bool kAdd>
 struct ClusterSplitEpilogue {
     DG_STATIC_ASSERT(kSplits >= 2 and kSplits <= 8, "a portable cluster holds 2 to 8 K splits");
+    static constexpr uint32_t kClusterCtas = kSplits;  // the shell launches, sets up and tears down a cluster
     static constexpr uint32_t kNumValues = BLOCK_M * BLOCK_N / kNumMathThreads;  // accumulators per thread
     static constexpr uint32_t kNumPairs = kNumValues / 2;
     static constexpr uint32_t kPartialBytes = kNumPairs * kNumMathThreads * 8;
@@ -228,7 +243,8 @@ struct ClusterSplitEpilogue {
           rank(blockIdx.x % kSplits),  // the cluster rank of a 1-D cluster
           phase(0) {}
 
-    // One thread, before the cluster synchronises (the arrivals come from every CTA of the cluster).
+    // One thread, before the cluster synchronises (the arrivals come from every CTA of the cluster): the shell's
+    // setup (ClusterEpilogue).
     __device__ __forceinline__ static void init(uint8_t* smem_d) {
         auto* barriers = reinterpret_cast<Barrier*>(smem_d + kPartialBytes);
         barriers[0].init(kSplits * kNumMathThreads / 32);

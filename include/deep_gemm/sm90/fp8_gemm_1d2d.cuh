@@ -220,13 +220,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
 
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
-    if constexpr (kSplitsInCluster) {
-        if (threadIdx.x == 0)
-            SplitEpilogue::init(shell.smem_d);
-    }
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
-    if constexpr (kSplitsInCluster)
-        cluster_sync();  // the peers' barriers are initialised before the first remote arrival
     using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment,
                                                          Config::kOneMBlock, kClusterSplits>;
     // Cluster K splits: this CTA's first K block (split = cluster rank = blockIdx.x % kClusterSplits, 1-D cluster).
@@ -318,8 +312,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         wg.finish();
     }
     Shell::teardown();
-    if constexpr (kSplitsInCluster)
-        cluster_sync();  // no CTA leaves while a peer may still read its partial tile or arrive on its barriers
 #endif
 }
 

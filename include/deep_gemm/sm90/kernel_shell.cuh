@@ -21,6 +21,7 @@
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
+#include <deep_gemm/sm90/epilogue.cuh>
 #include <deep_gemm/sm90/mma.cuh>
 #include <deep_gemm/sm90/pipeline.cuh>
 #include <deep_gemm/sm90/promotion.cuh>
@@ -69,6 +70,8 @@ struct KernelShell {
     static constexpr uint32_t kNumMulticast = Config::kNumMulticast;
     static constexpr bool kMulticastA = kNumMulticast > 1 and Config::kMulticastOnA;
     static constexpr bool kMulticastB = kNumMulticast > 1 and not Config::kMulticastOnA;
+    // CTAs per cluster: the multicast pair, or the CTAs an epilogue adds up across (ClusterEpilogue, epilogue.cuh).
+    static constexpr uint32_t kClusterSize = kNumMulticast * ClusterEpilogue<Epilogue>::kClusterCtas;
 
     static constexpr uint32_t kNumMathThreads = num_math_threads<BLOCK_M>();
     static constexpr uint32_t kNumMathWGs = kNumMathThreads / 128;
@@ -136,23 +139,25 @@ struct KernelShell {
     __device__ __forceinline__ static bool is_producer() { return threadIdx.x >= kNumMathThreads; }
     __device__ __forceinline__ static bool is_tma_thread() { return threadIdx.x == kNumMathThreads; }
 
-    // Prefetch the kernel's tensor maps and initialise the barriers (one thread), then publish the barriers to the
-    // CTA or the whole cluster.
+    // Prefetch the kernel's tensor maps and initialise the barriers (one thread; the epilogue's too), then publish
+    // the barriers to the CTA or the whole cluster.
     template <typename... Maps>
     __device__ __forceinline__ void setup(const Maps*... tensor_maps) const {
         if (is_tma_thread()) {
             (prefetch_tma_descriptor(tensor_maps), ...);
             ring.init();
+            ClusterEpilogue<Epilogue>::init(smem_d);
         }
-        if constexpr (kNumMulticast > 1)
+        if constexpr (kClusterSize > 1)
             cluster_sync();
         else
             __syncthreads();
     }
 
-    // NOTES: a CTA must outlive every remote barrier arrival and multicast write its cluster peer still sends.
+    // NOTES: a CTA must outlive every remote barrier arrival, multicast write and shared-memory read its cluster
+    // peers still send or make.
     __device__ __forceinline__ static void teardown() {
-        if constexpr (kNumMulticast > 1)
+        if constexpr (kClusterSize > 1)
             cluster_sync();
     }
 
