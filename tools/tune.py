@@ -13,7 +13,7 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
   --max-stages S ... dense / contiguous / masked / psum: also try pipelines at most S deep
   --configs BMxBN[:STAGES][:mcA|mcB|:ksS] ...   time exactly these (STAGES: the depth for wgrad families, the
                      maximum for the others; ksS: dense / bf16 K cut over a cluster of S CTAs) instead of the grid
-  bf16's grid: every legal tile at m <= 128 with every cluster K split of one wave, past m = 128 with and without
+  bf16's grid: every legal tile with every cluster K split whose clusters fit one wave, past m = 128 also with
                      2-CTA multicast (--bm / --bn narrow it)
 Every candidate is compiled in parallel first, checked against the dequantised reference (dense, wgrad,
 k_grouped), then timed with the bench method (kineto kernel time, L2 flush per call); '*' marks the heuristic's pick.
@@ -23,8 +23,6 @@ import json
 import random
 from dataclasses import dataclass
 from typing import Callable, List, Optional
-
-from deep_gemm.runtime import variants_on
 
 from deep_gemm.runtime import VARIANTS, families_of, variants_on
 from tests.gemm_cases import SPEC_BY_NAME
@@ -360,7 +358,7 @@ def _spec_problem(family, values, bms, bns) -> Problem:
 
 
 def _bf16_problem(values, bms, bns) -> Problem:
-    """bf16: the dense nt BF16 GEMM (BF16 d), with cluster K splits at m <= 128."""
+    """bf16: the dense nt BF16 GEMM (BF16 d), with cluster K splits where the split tiles fit one wave."""
     import torch
 
     import deep_gemm
@@ -397,7 +395,7 @@ def _bf16_problem(values, bms, bns) -> Problem:
         for bm in bms or [bm for bm in (64, 128) if bm == 64 or m > 64]:
             for bn in bns or BLOCK_NS:
                 tiles = ceil_div(m, bm) * ceil_div(n, bn)
-                for splits in range(1, MAX_CLUSTER_K_SPLITS + 1 if m <= 128 else 2):
+                for splits in range(1, MAX_CLUSTER_K_SPLITS + 1):
                     if splits > 1 and tiles > max_clusters(sms, splits):  # one wave of co-resident clusters
                         continue
                     for mc, on_a in ((1, True), (2, True), (2, False)) if splits == 1 and m > 128 else ((1, True),):
@@ -418,6 +416,7 @@ def _bf16_grouped_problem(family, values, bms, bns, skew) -> Problem:
 
     import deep_gemm
     from benchmarks.bench import skewed_sizes
+    from deep_gemm.families import sm90_bf16_gemm
     from deep_gemm.heuristics import KernelType
     from deep_gemm.heuristics.sm90_bf16 import COMPUTE_BLOCK_NS, build_bf16_config, get_bf16_config, legal_block
     from tests.gemm_cases import build_bf16_contiguous, build_bf16_masked
@@ -453,8 +452,9 @@ def _bf16_grouped_problem(family, values, bms, bns, skew) -> Problem:
                         continue
         return cfgs
     picked = get_bf16_config(heur_m, n, sms, False, 2, kind, heur_groups)
+    kernel_kind = sm90_bf16_gemm.KernelKind(False, False, False, False, kind)
     return Problem(f"{family} {groups}x{m} {n}x{k} rows={sum(sizes)}", case.run, "bf16_gemm", 2 * sum(sizes) * n * k,
-                   picked, make_config, None, grid, check)
+                   picked, make_config, lambda cfg: sm90_bf16_gemm.kernel_source(n, cfg, kernel_kind), grid, check)
 
 
 def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False) -> Problem:

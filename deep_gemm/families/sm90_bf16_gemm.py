@@ -73,8 +73,7 @@ def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 
     if kind.batch_splits_k:
         return get_forced_config() or get_bf16_ksplit_config(m, n, num_sms, groups)
     return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes, kind.gemm_type,
-                                                  groups, heuristic_k(m, k, kind),
-                                                  not (kind.mn_major_a or kind.mn_major_b))
+                                                  groups, heuristic_k(m, k, kind))
 
 
 @dataclass

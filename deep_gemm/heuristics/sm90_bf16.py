@@ -15,7 +15,7 @@ BLOCK_MS = (64, 128, 256)
 BLOCK_NS = tuple(range(16, 257, 16))
 # NOTES: past m = 128 only whole 64-wide tiles: the first measurement (H100, 4096x7168x16384 nt) ran 128x176 (picked
 # by the model, 32-byte D swizzle) at 619 TFLOPS against 791 for 128x256 (the MN-major B layouts' pick).
-COMPUTE_BLOCK_NS = (64, 128, 192, 256)
+COMPUTE_BLOCK_NS = (64, 128, 144, 192, 256)
 # Modelled efficiency of a pipeline this shallow (the K loop waits for each K block before the next is issued).
 _STAGE_EFFICIENCY = {1: 0.4, 2: 0.7, 3: 0.9}
 # Dense calls of m <= 128 rows stream B (memory-bound) and may cut K over a cluster of CTAs (bf16_gemm.cuh,
@@ -133,21 +133,35 @@ def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int, gro
     return best
 
 
+# A compute-bound call's tiles fill this share of the SMs or more: 2-CTA clusters share a tile operand's loads.
+_MULTICAST_MIN_WAVE = 0.875
+
+
 def _dense_multicast(m: int, n: int, block_m: int, block_n: int, num_sms: int) -> Tuple[int, bool]:
-    """(CTAs per TMA load, shared operand A?) of a dense compute-bound call: pairs share the wider operand tile's
-    loads when the tiles fill every SM at least once (the L2-to-SM traffic then limits) and the blocks pair up.
+    """(CTAs per TMA load, shared operand A?) of a dense compute-bound call: pairs share the larger matrix's tile
+    loads (A if m >= n: the one L2 holds least of) when the tiles fill (nearly) every SM (the L2-to-SM traffic then
+    limits) and that operand's blocks pair up, else the other's.
     NOTES: H100, same run (benchmarks/NOTES.md "BF16 GEMMs"): 4096 x 2112 x 7168 at 128 x 192 182 -> 170 us with B
-    shared, 4096 x 24576 x 1536 453 -> 405 us, 4096 x 4096 x 7168 at 128 x 256 304 -> 301 us; with fewer tiles than SMs
-    (4096 x 576 x 7168, 96 tiles) sharing B lost 4%. Only for K-major operands: with an MN-major operand shared (B
-    at 128 x 192 in nn / tn, A at 256 x 128 in tn: several 64-wide boxes per stage) the H100 results were NaN (not
-    understood yet; the kernel refuses multicast with an MN-major operand)."""
+    shared, 4096 x 24576 x 1536 453 -> 405 us, 4096 x 576 x 7168 at 128 x 144 (128 tiles) 55.3 -> 51.9 us with A
+    shared (53.2 with B), 4096 x 256 x 7168 at 128 x 64 (128 tiles) 44.5 -> 37.8 us with A (40.3 with B); with 96
+    tiles (4096 x 576 at 128 x 192) sharing B lost 3%."""
     m_blocks, n_blocks = ceil_div(m, block_m), ceil_div(n, block_n)
-    if m_blocks * n_blocks < num_sms or num_sms % 2:
+    if m_blocks * n_blocks < num_sms * _MULTICAST_MIN_WAVE or num_sms % 2:
         return 1, True
-    for on_a in ((True, False) if block_m >= block_n else (False, True)):
+    for on_a in ((True, False) if m >= n else (False, True)):
         if (n_blocks if on_a else m_blocks) % 2 == 0:
             return 2, on_a
     return 1, True
+
+
+def _grouped_multicast(kind: KernelType, m: int, tiles: int, num_sms: int) -> int:
+    """CTAs per B load of a contiguous or masked call: pairs of M blocks share B (the kernel checks each pair on the
+    device) once the tiles fill every SM and, masked, each group spans more than one M block.
+    NOTES: H100, same run: contiguous 4 x 8192 rows, 6144 x 7168 at 128 x 192 4336 -> 3936 us; 8 x 4096, 4096 x 2048
+    847 -> 769 us; masked 6 x 1024, 6144 x 7168 983 -> 757 us; 32 x 192, 7168 x 3072 672 -> 603 us."""
+    if kind not in (KernelType.M_GROUPED_CONTIGUOUS, KernelType.M_GROUPED_MASKED) or tiles < num_sms or num_sms % 2:
+        return 1
+    return 2 if kind == KernelType.M_GROUPED_CONTIGUOUS or m > 128 else 1
 
 
 def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, out_bytes: int,
@@ -186,15 +200,14 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
 
 @functools.lru_cache(maxsize=4096)
 def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: int,
-                    kind: KernelType = KernelType.NORMAL, groups: int = 1, k: int = 0,
-                    k_major_operands: bool = True) -> GemmConfig:
+                    kind: KernelType = KernelType.NORMAL, groups: int = 1, k: int = 0) -> GemmConfig:
     """Configuration of a BF16 GEMM with m x n outputs of `out_bytes` (2: BF16, 4: FP32) each (m, n > 0). K does not
     enter: every tile runs the same K loop. Grouped kinds: contiguous counts m as all rows (a tile stays inside one
     128-row segment: BLOCK_M <= 128); masked and psum take m as the expected rows of each of `groups` groups, whose
     last blocks are partial (BLOCK_M <= 128 wastes less of them); batched takes m as the rows of each of `groups`
     heads. Dense calls of m <= 128 rows given their `k` are memory-bound: tile and cluster K splits from the decode
-    model (`_pick_decode`); k = 0 (unknown) keeps the wave-count choice without splits. Dense calls past 128 rows
-    multicast only with both operands K-major (`k_major_operands`; see _dense_multicast)."""
+    model (`_pick_decode`); k = 0 (unknown) keeps the wave-count choice without splits. Past 128 rows, dense,
+    contiguous and masked calls may share tile loads over 2-CTA clusters (_dense_multicast, _grouped_multicast)."""
     if min(m, n, num_sms, groups) <= 0 or out_bytes not in (2, 4):
         raise ValueError(f"m, n, num_sms and groups must be positive and out_bytes 2 or 4, got {m}, {n}, {num_sms}, "
                          f"{groups}, {out_bytes}")
@@ -206,10 +219,13 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
         bm, bn, splits = _pick_decode(m, n, k, num_sms, mn_major_b, out_bytes)
     else:
         bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
-        if kind == KernelType.NORMAL and k_major_operands:
+        if kind == KernelType.NORMAL:
             multicast, on_a = _dense_multicast(m, n, bm, bn, num_sms)
+        else:
+            multicast = _grouped_multicast(kind, m, tile_groups * ceil_div(m, bm) * ceil_div(n, bn), num_sms)
+            on_a = multicast == 1
     return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups, cluster_k_splits=splits,
-                             num_multicast=multicast, multicast_on_a=on_a)
+                             num_multicast=multicast, multicast_on_a=on_a, kind=kind)
 
 
 @functools.lru_cache(maxsize=4096)

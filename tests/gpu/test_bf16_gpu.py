@@ -150,7 +150,8 @@ def test_cluster_k_splits(splits, case, mnk):
     from deep_gemm.testing import forced_config
     (layout, out_dtype, c_mode), (m, n, k) = case, mnk
     block_m = 64 if m <= 64 else 128
-    block_n = 64 if layout[1] == "n" else 48  # an MN-major B tile is whole 64-wide chunks
+    # An MN-major B tile is whole 64-wide chunks: two of them, so the chunk stride is exercised in every cluster rank.
+    block_n = 128 if layout[1] == "n" else 48
     config = build_bf16_config(m, n, block_m, block_n, deep_gemm.get_num_sms(), out_dtype.itemsize,
                                cluster_k_splits=splits)
     with forced_config(config):
@@ -252,8 +253,7 @@ def test_deepgemm_k_grouped_shapes(groups, m, n, k_mean):
     assert diff < 1e-5, f"k-grouped {groups}x{m}x{n} ks={ks}: calc_diff {diff:.3g}"
 
 
-# B shared over 2-CTA clusters by contiguous and masked pairs (forced configurations; the heuristic does not pick
-# them yet): pairs of two experts, a padding block, an odd M block count (the phantom block), empty groups and an odd
+# B shared over 2-CTA clusters by contiguous and masked pairs (forced configurations): pairs of two experts, a padding block, an odd M block count (the phantom block), empty groups and an odd
 # tile count (the masked phantom tile). The result is the unshared kernel's, bitwise (the same sums in the same
 # order), and the reference's.
 GROUPED_MULTICAST = [
@@ -283,3 +283,29 @@ def test_grouped_b_multicast(form, params):
             case.check()
             outs.append(case.out.clone())
     assert torch.equal(outs[0].nan_to_num(7.0), outs[1].nan_to_num(7.0)), "B multicast changed the result"
+
+
+# TMA multicast with MN-major operands, every layout and shared operand, 2-4 column chunks per tile: the cluster's
+# second CTA once read an MN-major B's second and later chunks from the wrong place (a descriptor whose start
+# address kept the cluster rank; mma.cuh, desc_start_address). The result is the unshared kernel's, bitwise.
+MN_MAJOR_MULTICAST = [(layout, bm, bn, on_a) for layout in ("nn", "tn", "tt")
+                      for bm, bn, on_a in ((128, 128, True), (128, 192, False), (256, 128, False), (128, 256, False))]
+
+
+@pytest.mark.parametrize("layout,block_m,block_n,on_a", MN_MAJOR_MULTICAST,
+                         ids=[f"{c[0]}-{c[1]}x{c[2]}-mc{'A' if c[3] else 'B'}" for c in MN_MAJOR_MULTICAST])
+def test_mn_major_multicast(layout, block_m, block_n, on_a):
+    from deep_gemm.heuristics.sm90_bf16 import build_bf16_config, legal_block
+    from deep_gemm.testing import forced_config
+    m, n, k = 1024, 768, 1000
+    if not legal_block(block_m, block_n, layout[1] == "n"):
+        pytest.skip("not a legal tile")
+    outs = []
+    for multicast in (1, 2):
+        config = build_bf16_config(m, n, block_m, block_n, deep_gemm.get_num_sms(), 2, num_multicast=multicast,
+                                   multicast_on_a=on_a)
+        with forced_config(config):
+            g, ref = _run(layout, m, n, k, torch.bfloat16, "none", seed=11)
+            _check(g, ref, f"{layout} {m}x{n}x{k} {block_m}x{block_n} multicast {multicast}")
+            outs.append(g.out.clone())
+    assert torch.equal(outs[0], outs[1]), "multicast changed the result"

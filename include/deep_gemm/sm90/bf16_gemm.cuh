@@ -101,10 +101,6 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     DG_STATIC_ASSERT(not Config::kBatchSplitsK or (kBatched and Config::kOutputFP32 and not Config::kMNMajorB),
                      "K splits are batched, K-major and write FP32 partial sums");
     DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
-    // NOTES: with an MN-major operand shared over the pair (several 64-wide boxes per stage: B at 128 x 192 nn / tn,
-    // A at 256 x 128 tn), an H100 produced NaN at m = 4096; not understood yet (benchmarks/NOTES.md, "BF16 GEMMs").
-    DG_STATIC_ASSERT(Config::kNumMulticast == 1 or not (Config::kMNMajorA or Config::kMNMajorB),
-                     "TMA multicast is for K-major operands (nt)");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and Config::kNumMulticast == 1),
                      "cluster K splits: dense GEMMs without multicast");
     DG_STATIC_ASSERT(not kContiguous or BLOCK_M <= 128, "contiguous tiles must not span two 128-row segments");
