@@ -11,6 +11,7 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
   --bm / --bn        block sizes of the candidate grid (defaults per family); every legal pair, with and without
                      2-CTA multicast where the family and shape allow it (dense, contiguous, masked, psum)
   --max-stages S ... dense / contiguous / masked / psum: also try pipelines at most S deep
+  --full-a-box       bf16: BLOCK_M rows of A per stage where m is smaller (the baseline of the heuristic's m-row boxes)
   --configs BMxBN[:STAGES][:mcA|mcB|:ksS] ...   time exactly these (STAGES: the depth for wgrad families, the
                      maximum for the others; ksS: dense / bf16 K cut over a cluster of S CTAs) instead of the grid
   bf16's grid: every legal tile with every cluster K split whose clusters fit one wave, past m = 128 also with
@@ -109,7 +110,8 @@ def _no_splits(splits: int) -> None:
 def describe(cfg) -> str:
     mc = "1" if cfg.num_multicast == 1 else f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
     ks = f" ks{cfg.cluster_k_splits}" if cfg.cluster_k_splits > 1 else ""
-    return f"{cfg.block_m:>3}x{cfg.block_n:<3} mc{mc}{ks} st{cfg.num_stages:<2} grid{cfg.num_sms:>3}"
+    a_rows = f" a{cfg.a_box_rows}" if cfg.a_box_rows else ""
+    return f"{cfg.block_m:>3}x{cfg.block_n:<3} mc{mc}{ks}{a_rows} st{cfg.num_stages:<2} grid{cfg.num_sms:>3}"
 
 
 def _sm90_problem(family, values, bms, bns, skew) -> Problem:
@@ -357,8 +359,9 @@ def _spec_problem(family, values, bms, bns) -> Problem:
                    make_config, None, grid, check)
 
 
-def _bf16_problem(values, bms, bns) -> Problem:
-    """bf16: the dense nt BF16 GEMM (BF16 d), with cluster K splits where the split tiles fit one wave."""
+def _bf16_problem(values, bms, bns, full_a_box: bool = False) -> Problem:
+    """bf16: the dense nt BF16 GEMM (BF16 d), with cluster K splits where the split tiles fit one wave; A boxes of m
+    rows (rounded up to 8) where m < BLOCK_M, as the heuristic's, unless `full_a_box`."""
     import torch
 
     import deep_gemm
@@ -387,8 +390,9 @@ def _bf16_problem(values, bms, bns) -> Problem:
     def make_config(bm, bn, mc, on_a, stages, splits=1):
         if not legal_block(bm, bn, False):
             raise ValueError(f"{bm}x{bn} is not a legal bf16 tile")
+        a_box_rows = -(-m // 8) * 8 if m < bm and mc == 1 and not full_a_box else 0
         return build_bf16_config(m, n, bm, bn, sms, 2, stages, cluster_k_splits=splits, num_multicast=mc,
-                                 multicast_on_a=on_a)
+                                 multicast_on_a=on_a, a_box_rows=a_box_rows)
 
     def grid(bms, bns, _max_stages):
         cfgs = []
@@ -457,11 +461,12 @@ def _bf16_grouped_problem(family, values, bms, bns, skew) -> Problem:
                    picked, make_config, lambda cfg: sm90_bf16_gemm.kernel_source(n, cfg, kernel_kind), grid, check)
 
 
-def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False) -> Problem:
+def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False,
+                 full_a_box: bool = False) -> Problem:
     """The inputs, call and config builders of one CASE of `family` (on the current CUDA device)."""
     values = parse_case(family, case)
     if family == "bf16":
-        return _bf16_problem(values, bms, bns)
+        return _bf16_problem(values, bms, bns, full_a_box)
     if family in ("bf16_contiguous", "bf16_masked"):
         return _bf16_grouped_problem(family, values, bms, bns, skew)
     if CASE_FORMS[family] == SPEC_FORM:
@@ -498,6 +503,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", nargs="*", help="BMxBN[:STAGES][:mcA|mcB|:ksS] to time instead of the grid")
     p.add_argument("--skew", action="store_true",
                    help="contiguous/masked/psum: skewed expert loads (bench.skewed_sizes)")
+    p.add_argument("--full-a-box", action="store_true",
+                   help="bf16: load BLOCK_M rows of A per stage even where m is smaller (the A/B baseline)")
     p.add_argument("--num-tests", type=int, help="timed calls per config (default: 15 dense, 10 otherwise)")
     return p
 
@@ -519,7 +526,7 @@ def main() -> None:
     from deep_gemm.testing import bench_kineto, forced_config
     num_tests = args.num_tests or DEFAULT_TESTS[args.family]
     for case in args.cases:
-        problem = make_problem(args.family, case, args.bm, args.bn, args.skew)
+        problem = make_problem(args.family, case, args.bm, args.bn, args.skew, args.full_a_box)
         cfgs = candidates(problem, args)
         if problem.source is not None:
             jit.build_many([problem.source(c) for c in cfgs], "sm_90a")

@@ -55,7 +55,8 @@ def kernel_source(n: int, config: GemmConfig, kind: KernelKind) -> jit.KernelSou
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=kind.psum_alignment, kMNMajorA=kind.mn_major_a,
                  kMNMajorB=kind.mn_major_b, kOutputFP32=kind.out_fp32, kAccumulate=kind.accumulate,
-                 kBatchSplitsK=kind.batch_splits_k, kClusterSplitsK=config.cluster_k_splits)
+                 kBatchSplitsK=kind.batch_splits_k, kClusterSplitsK=config.cluster_k_splits,
+                 kLoadRowsA=config.a_box_rows or config.block_m)
     return jit.KernelSource(name="sm90_bf16_gemm", header=HEADER,
                             function=FUNCTION_K_SPLITS if kind.batch_splits_k else FUNCTION, config=named)
 
@@ -73,7 +74,7 @@ def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 
     if kind.batch_splits_k:
         return get_forced_config() or get_bf16_ksplit_config(m, n, num_sms, groups)
     return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes, kind.gemm_type,
-                                                  groups, heuristic_k(m, k, kind))
+                                                  groups, heuristic_k(m, k, kind), kind.mn_major_a)
 
 
 @dataclass
@@ -141,7 +142,7 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
         params.tensor_map("tensor_map_a", 0, 2, (ops.rows, ops.k), (ops.a_stride,), (64, BLOCK_K), 128)
     else:
         params.tensor_map("tensor_map_a", 0, 2, (ops.a_cols or ops.k, ops.rows), (ops.a_stride,),
-                          (BLOCK_K, cfg.block_m), 128)
+                          (BLOCK_K, cfg.a_box_rows or cfg.block_m), 128)
     if kind.mn_major_b:
         params.tensor_map("tensor_map_b", 1, 2, (ops.n, ops.b_rows), (ops.b_stride,), (64, BLOCK_K), 128)
     else:

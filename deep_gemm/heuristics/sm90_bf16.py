@@ -166,12 +166,14 @@ def _grouped_multicast(kind: KernelType, m: int, tiles: int, num_sms: int) -> in
 
 def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, out_bytes: int,
                       num_stages: int = 0, groups: int = 1, cluster_k_splits: int = 1, num_multicast: int = 1,
-                      multicast_on_a: bool = True, kind: KernelType = KernelType.NORMAL) -> GemmConfig:
+                      multicast_on_a: bool = True, kind: KernelType = KernelType.NORMAL,
+                      a_box_rows: int = 0) -> GemmConfig:
     """The full configuration for chosen blocks (deepest pipeline that fits unless `num_stages` is given, smallest
     grid that keeps the number of waves; `groups` groups of m rows each; `cluster_k_splits` CTAs per tile, each
     taking one range of K, the grid a multiple of them; `num_multicast` 2: tiles in 2-CTA clusters sharing A's
     (`multicast_on_a`: dense, an even N block count) or B's (dense: an even M block count; `kind` contiguous or
-    masked: any, the kernel pairs the tiles and checks each pair) TMA loads)."""
+    masked: any, the kernel pairs the tiles and checks each pair) TMA loads; `a_box_rows`: A rows per stage, fewer
+    than block_m for a dense call of fewer rows with A K-major (0: block_m))."""
     splits = cluster_k_splits
     stages = num_stages or max_stages(block_m, block_n, out_bytes, splits)
     if stages < 1 or bf16_smem_size(block_m, block_n, stages, out_bytes, splits) > SMEM_BUDGET:
@@ -191,7 +193,9 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
     else:
         clusters = num_sms // splits
         grid = min(clusters, min_sms_for_waves(tiles, num_waves(tiles, clusters), 1)) * splits
-    return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
+    if a_box_rows and (kind != KernelType.NORMAL or num_multicast > 1):
+        raise ValueError("fewer A rows per stage are for dense GEMMs without multicast")
+    return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages, a_box_rows=a_box_rows,
                       num_multicast=num_multicast, multicast_on_a=multicast_on_a,
                       swizzle_d_bytes=swizzle_d_bytes(block_n, out_bytes), num_sms=grid,
                       smem_size=bf16_smem_size(block_m, block_n, stages, out_bytes, splits),
@@ -200,14 +204,17 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
 
 @functools.lru_cache(maxsize=4096)
 def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: int,
-                    kind: KernelType = KernelType.NORMAL, groups: int = 1, k: int = 0) -> GemmConfig:
+                    kind: KernelType = KernelType.NORMAL, groups: int = 1, k: int = 0,
+                    mn_major_a: bool = False) -> GemmConfig:
     """Configuration of a BF16 GEMM with m x n outputs of `out_bytes` (2: BF16, 4: FP32) each (m, n > 0). K does not
     enter: every tile runs the same K loop. Grouped kinds: contiguous counts m as all rows (a tile stays inside one
     128-row segment: BLOCK_M <= 128); masked and psum take m as the expected rows of each of `groups` groups, whose
     last blocks are partial (BLOCK_M <= 128 wastes less of them); batched takes m as the rows of each of `groups`
     heads. Dense calls of m <= 128 rows given their `k` are memory-bound: tile and cluster K splits from the decode
     model (`_pick_decode`); k = 0 (unknown) keeps the wave-count choice without splits. Past 128 rows, dense,
-    contiguous and masked calls may share tile loads over 2-CTA clusters (_dense_multicast, _grouped_multicast)."""
+    contiguous and masked calls may share tile loads over 2-CTA clusters (_dense_multicast, _grouped_multicast).
+    Dense calls of fewer rows than the tile with A K-major (not `mn_major_a`) load only m rows of A (rounded up to 8)
+    per stage."""
     if min(m, n, num_sms, groups) <= 0 or out_bytes not in (2, 4):
         raise ValueError(f"m, n, num_sms and groups must be positive and out_bytes 2 or 4, got {m}, {n}, {num_sms}, "
                          f"{groups}, {out_bytes}")
@@ -224,8 +231,10 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
         else:
             multicast = _grouped_multicast(kind, m, tile_groups * ceil_div(m, bm) * ceil_div(n, bn), num_sms)
             on_a = multicast == 1
+    fewer_rows = kind == KernelType.NORMAL and not mn_major_a and m < bm and multicast == 1
+    a_box_rows = ceil_div(m, 8) * 8 if fewer_rows else 0
     return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups, cluster_k_splits=splits,
-                             num_multicast=multicast, multicast_on_a=on_a, kind=kind)
+                             num_multicast=multicast, multicast_on_a=on_a, kind=kind, a_box_rows=a_box_rows)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -119,3 +119,15 @@ def test_grouped_multicast_shares_b_past_one_m_block_per_group():
     assert get_bf16_config(20, 6144, 132, False, 2, KernelType.M_GROUPED_MASKED, 32).num_multicast == 1
     assert get_bf16_config(256, 6144, 132, False, 2, KernelType.M_GROUPED_CONTIGUOUS).num_multicast == 1  # 96 tiles
     assert get_bf16_config(4096, 6144, 132, False, 2, KernelType.M_GROUPED_PSUM, 8).num_multicast == 1
+
+
+def test_dense_calls_of_fewer_rows_load_only_their_rows_of_a():
+    """m < BLOCK_M, dense, A K-major: each stage loads m rows of A rounded up to 8 (as DeepGEMM's 16- and 32-row
+    decode tiles); grouped calls, MN-major A and full tiles load BLOCK_M rows."""
+    assert get_bf16_config(1, 2112, 132, False, 2, k=7168).a_box_rows == 8
+    assert get_bf16_config(33, 2112, 132, True, 4, k=7168).a_box_rows == 40
+    assert get_bf16_config(1, 2112, 132, False, 2, k=7168, mn_major_a=True).a_box_rows == 0
+    assert get_bf16_config(128, 2112, 132, False, 2, k=7168).a_box_rows == 0
+    assert get_bf16_config(20, 6144, 132, False, 2, KernelType.M_GROUPED_MASKED, 32).a_box_rows == 0
+    with pytest.raises(ValueError, match="fewer A rows"):
+        build_bf16_config(1, 2112, 64, 64, 132, 2, groups=4, kind=KernelType.BATCHED, a_box_rows=8)

@@ -17,7 +17,9 @@
 //    fixed order: deterministic).
 // Dense decode-sized GEMMs (too few output tiles to occupy every SM) may cut K over a cluster instead
 // (Config::kClusterSplitsK = S > 1): the S CTAs of a cluster take the same tile, each one contiguous K range, and add
-// their partial tiles up in shared memory (ClusterSplitEpilogue, epilogue.cuh), in split order.
+// their partial tiles up in shared memory (ClusterSplitEpilogue, epilogue.cuh), in split order. With fewer rows than
+// BLOCK_M they load only Config::kLoadRowsA rows of A per stage (m rounded up to 8); the rest of the stage's A tile
+// keeps stale data, which reaches only rows the epilogue does not write.
 
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
@@ -46,7 +48,8 @@ constexpr uint32_t bf16_gemm_smem_size() {
 // kSwizzleDBytes, kSmemSize, kPsumAlignment (psum layout: the experts' row alignment; else 0), kMNMajorA / kMNMajorB
 // (the operand is [k, m] / [k, n] with unit stride along m / n), kOutputFP32 (D is FP32, else BF16) and kAccumulate
 // (D += A B^T with a TMA reduce-add, else D = A B^T with a TMA store), kClusterSplitsK (1, or 2-8 CTAs of a cluster
-// cutting a dense tile's K; the launch's cluster size).
+// cutting a dense tile's K; the launch's cluster size), kLoadRowsA (A rows per stage: BLOCK_M, or fewer for a dense
+// call with fewer rows).
 // K is a run-time value (num_k_blocks = ceil(k / 64); TMA reads zeros past k). Grouped launches: A / D hold every
 // expert's rows ([m_sum, *], or [G * m_max, *] for masked: shape_m = m_max), B is [G * n, k] (K-major) or
 // [G * k, n] (MN-major, shape_k = k), `grouped_layout` is m_indices, masked_m or the running row counts, and `d` /
@@ -79,7 +82,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     using KLoop = AccumulatingKLoop<Shell, NoPromotion>;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
     constexpr uint32_t kNumAccum = Shell::kNumAccum;
-    constexpr uint32_t kStageTxBytes = Shell::stage_tx_bytes(BLOCK_M);
+    constexpr uint32_t kStageTxBytes = Shell::stage_tx_bytes(Config::kLoadRowsA);
 
     DG_STATIC_ASSERT(BLOCK_N % 16 == 0 and BLOCK_N >= 16 and BLOCK_N <= 256,
                      "BLOCK_N must be a multiple of 16 in [16, 256]");
@@ -101,6 +104,10 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     DG_STATIC_ASSERT(not Config::kBatchSplitsK or (kBatched and Config::kOutputFP32 and not Config::kMNMajorB),
                      "K splits are batched, K-major and write FP32 partial sums");
     DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
+    DG_STATIC_ASSERT(Config::kLoadRowsA % 8 == 0 and Config::kLoadRowsA <= BLOCK_M and
+                         (Config::kLoadRowsA == BLOCK_M or
+                          (kGemmType == GemmType::Normal and not Config::kMNMajorA and Config::kNumMulticast == 1)),
+                     "fewer A rows per stage: dense, K-major A, unshared, whole 8-row swizzle atoms");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and Config::kNumMulticast == 1),
                      "cluster K splits: dense GEMMs without multicast");
     DG_STATIC_ASSERT(not kContiguous or BLOCK_M <= 128, "contiguous tiles must not span two 128-row segments");
