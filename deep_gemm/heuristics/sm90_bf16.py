@@ -24,11 +24,12 @@ _STAGE_EFFICIENCY = {1: 0.4, 2: 0.7, 3: 0.9}
 # and DRAM shared by the active CTAs (each adds its share, up to the whole card's rate). The constants were chosen
 # so that the picks lose least against the best of an H100 sweep over 10 shapes (`python -m tools.tune --family
 # bf16`, its 320 configurations with the heuristic's BLOCK_M; 3% in geomean, at most 11% at 1 x 256 x 7168;
-# benchmarks/NOTES.md "BF16 GEMMs").
+# benchmarks/NOTES.md "BF16 GEMMs"). With m-row A boxes (a_box_rows) unsplit narrow tiles got cheaper: the split
+# cost went 1 -> 2 us (H100, 1 x 2112 x 7168: 64 x 16 on 132 SMs 18.8 us, 64 x 48 cut in 2 20.0).
 MAX_CLUSTER_K_SPLITS = 8          # the kernel's limit (a portable cluster)
 DECODE_SPLITS = (1, 2, 3, 4, 6)   # the counts the heuristic picks from (the measured ones)
 _CALL_US = 3.0
-_SPLIT_US = 1.0
+_SPLIT_US = 2.0
 _KBLOCK_US = 0.15
 _CTA_BYTES_PER_US = 80e3
 _CTA_SHARE_BYTES_PER_US = 30e3
