@@ -83,7 +83,7 @@ def test_decode_picks_follow_the_measured_sweep():
 
 
 def test_cluster_size_limits():
-    assert [max_clusters(132, s) for s in (1, 2, 3, 4, 6, 8)] == [132, 64, 40, 32, 16, 16]
+    assert [max_clusters(132, s) for s in (1, 2, 3, 4, 6, 8)] == [132, 66, 40, 32, 16, 16]
     with pytest.raises(ValueError, match="cluster K splits"):
         build_bf16_config(64, 256, 64, 64, 132, 2, groups=4, cluster_k_splits=2)
     with pytest.raises(ValueError, match="cluster_k_splits must be 1-8"):
