@@ -360,15 +360,15 @@ def _spec_problem(family, values, bms, bns) -> Problem:
 
 
 def _bf16_problem(values, bms, bns, full_a_box: bool = False) -> Problem:
-    """bf16: the dense nt BF16 GEMM (BF16 d), with cluster K splits where the split tiles fit one wave; A boxes of m
-    rows (rounded up to 8) where m < BLOCK_M, as the heuristic's, unless `full_a_box`."""
+    """bf16: the dense nt BF16 GEMM (BF16 d), with cluster K splits where the split tiles fit one wave; A boxes of the
+    heuristic's rows where m < BLOCK_M (a_rows_per_stage), unless `full_a_box`."""
     import torch
 
     import deep_gemm
     from deep_gemm.families import sm90_bf16_gemm
     from deep_gemm.heuristics.common import ceil_div
-    from deep_gemm.heuristics.sm90_bf16 import (BLOCK_NS, MAX_CLUSTER_K_SPLITS, build_bf16_config, get_bf16_config,
-                                                legal_block, max_clusters)
+    from deep_gemm.heuristics.sm90_bf16 import (BLOCK_NS, MAX_CLUSTER_K_SPLITS, a_rows_per_stage, build_bf16_config,
+                                                get_bf16_config, legal_block, max_clusters)
     from deep_gemm.testing import calc_diff
     m, n, k = values
     sms = deep_gemm.get_num_sms()
@@ -390,7 +390,7 @@ def _bf16_problem(values, bms, bns, full_a_box: bool = False) -> Problem:
     def make_config(bm, bn, mc, on_a, stages, splits=1):
         if not legal_block(bm, bn, False):
             raise ValueError(f"{bm}x{bn} is not a legal bf16 tile")
-        a_box_rows = -(-m // 8) * 8 if m < bm and mc == 1 and not full_a_box else 0
+        a_box_rows = a_rows_per_stage(m, bm) if mc == 1 and not full_a_box else 0
         return build_bf16_config(m, n, bm, bn, sms, 2, stages, cluster_k_splits=splits, num_multicast=mc,
                                  multicast_on_a=on_a, a_box_rows=a_box_rows)
 

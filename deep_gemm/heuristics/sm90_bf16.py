@@ -87,6 +87,14 @@ def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
     return max(mma, smem) / _STAGE_EFFICIENCY.get(stages, 1.0)
 
 
+def a_rows_per_stage(m: int, block_m: int) -> int:
+    """A rows a dense call loads per stage when it has fewer than block_m (GemmConfig.a_box_rows): m rounded up to
+    a power of two of at least 8 (the swizzle's row group; powers of two keep the kernels per (n, k) few), else 0
+    (block_m rows). NOTES: H100, 1 x 2112 x 7168 at 64 x 16: 28.8 us with 64-row A boxes, 18.8 with 8-row ones."""
+    rows = max(8, 1 << (m - 1).bit_length())
+    return rows if rows < block_m else 0
+
+
 def _pick_decode(m: int, n: int, k: int, sms: int, mn_major_b: bool, out_bytes: int) -> Tuple[int, int, int]:
     """(block_m, block_n, cluster K splits) of a dense call of m <= 128 rows: the fastest by `decode_us`, then the
     fewest splits, the fewest waves, the most CTAs. One M block of 64 or 128 rows (two math warpgroups past 64 rows: 128 x 64
@@ -214,8 +222,8 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
     heads. Dense calls of m <= 128 rows given their `k` are memory-bound: tile and cluster K splits from the decode
     model (`_pick_decode`); k = 0 (unknown) keeps the wave-count choice without splits. Past 128 rows, dense,
     contiguous and masked calls may share tile loads over 2-CTA clusters (_dense_multicast, _grouped_multicast).
-    Dense calls of fewer rows than the tile with A K-major (not `mn_major_a`) load only m rows of A (rounded up to 8)
-    per stage."""
+    Dense calls of fewer rows than the tile with A K-major (not `mn_major_a`) load only their rows of A per stage
+    (a_rows_per_stage)."""
     if min(m, n, num_sms, groups) <= 0 or out_bytes not in (2, 4):
         raise ValueError(f"m, n, num_sms and groups must be positive and out_bytes 2 or 4, got {m}, {n}, {num_sms}, "
                          f"{groups}, {out_bytes}")
@@ -232,8 +240,9 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
         else:
             multicast = _grouped_multicast(kind, m, tile_groups * ceil_div(m, bm) * ceil_div(n, bn), num_sms)
             on_a = multicast == 1
-    fewer_rows = kind == KernelType.NORMAL and not mn_major_a and m < bm and multicast == 1
-    a_box_rows = ceil_div(m, 8) * 8 if fewer_rows else 0
+    a_box_rows = 0
+    if kind == KernelType.NORMAL and not mn_major_a and multicast == 1:
+        a_box_rows = a_rows_per_stage(m, bm)
     return build_bf16_config(m, n, bm, bn, num_sms, out_bytes, groups=tile_groups, cluster_k_splits=splits,
                              num_multicast=multicast, multicast_on_a=on_a, kind=kind, a_box_rows=a_box_rows)
 

@@ -153,7 +153,7 @@ def test_cluster_k_splits(splits, case, mnk):
     # An MN-major B tile is whole 64-wide chunks: two of them, so the chunk stride is exercised in every cluster rank.
     block_n = 128 if layout[1] == "n" else 48
     # Odd split counts also load only m rows of A per stage (as the heuristic's decode picks do, A K-major).
-    a_box_rows = -(-m // 8) * 8 if splits % 2 and layout[0] == "n" and m < block_m else 0
+    a_box_rows = -(-m // 8) * 8 if splits % 2 and layout[0] == "n" and m < block_m else 0  # any multiple of 8
     config = build_bf16_config(m, n, block_m, block_n, deep_gemm.get_num_sms(), out_dtype.itemsize,
                                cluster_k_splits=splits, a_box_rows=a_box_rows)
     with forced_config(config):

@@ -18,8 +18,8 @@
 // Dense decode-sized GEMMs (too few output tiles to occupy every SM) may cut K over a cluster instead
 // (Config::kClusterSplitsK = S > 1): the S CTAs of a cluster take the same tile, each one contiguous K range, and add
 // their partial tiles up in shared memory (ClusterSplitEpilogue, epilogue.cuh), in split order. With fewer rows than
-// BLOCK_M they load only Config::kLoadRowsA rows of A per stage (m rounded up to 8); the rest of the stage's A tile
-// keeps stale data, which reaches only rows the epilogue does not write.
+// BLOCK_M they load only Config::kLoadRowsA rows of A per stage (m or more, whole 8-row groups); the rest of the
+// stage's A tile keeps stale data, which reaches only rows the epilogue does not write.
 
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
