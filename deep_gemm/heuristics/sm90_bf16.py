@@ -97,8 +97,8 @@ def a_rows_per_stage(m: int, block_m: int) -> int:
 
 def _pick_decode(m: int, n: int, k: int, sms: int, mn_major_b: bool, out_bytes: int) -> Tuple[int, int, int]:
     """(block_m, block_n, cluster K splits) of a dense call of m <= 128 rows: the fastest by `decode_us`, then the
-    fewest splits, the fewest waves, the most CTAs. One M block of 64 or 128 rows (two math warpgroups past 64 rows: 128 x 64
-    tiles ran 128 x 7168 x 16384 in 92 us where 64 x 112 took 110)."""
+    fewest splits, the fewest waves, the most CTAs. One M block of 64 or 128 rows (two math warpgroups past 64 rows:
+    128 x 64 tiles ran 128 x 7168 x 16384 in 92 us where 64 x 112 took 110)."""
     block_m = 64 if m <= 64 else 128
     scored = []
     for bn in BLOCK_NS:

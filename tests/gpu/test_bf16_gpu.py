@@ -255,9 +255,9 @@ def test_deepgemm_k_grouped_shapes(groups, m, n, k_mean):
     assert diff < 1e-5, f"k-grouped {groups}x{m}x{n} ks={ks}: calc_diff {diff:.3g}"
 
 
-# B shared over 2-CTA clusters by contiguous and masked pairs (forced configurations): pairs of two experts, a padding block, an odd M block count (the phantom block), empty groups and an odd
-# tile count (the masked phantom tile). The result is the unshared kernel's, bitwise (the same sums in the same
-# order), and the reference's.
+# B shared over 2-CTA clusters by contiguous and masked pairs (forced configurations): pairs of two experts, a
+# padding block, an odd M block count (the phantom block), empty groups and an odd tile count (the masked phantom
+# tile). The result is the unshared kernel's, bitwise (the same sums in the same order), and the reference's.
 GROUPED_MULTICAST = [
     ("contiguous", dict(sizes=[300, 0, 129, 513, 64], n=384, k=520, layout="nt", psum=False)),
     ("contiguous", dict(sizes=[128, 256, 1], n=200, k=4096, layout="nt", psum=False)),
