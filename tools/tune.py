@@ -14,6 +14,7 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
   --full-a-box       bf16: BLOCK_M rows of A per stage where m is smaller (the baseline of the heuristic's m-row boxes)
   --configs BMxBN[:STAGES][:mcA|mcB|:ksS] ...   time exactly these (STAGES: the depth for wgrad families, the
                      maximum for the others; ksS: dense / bf16 K cut over a cluster of S CTAs) instead of the grid
+  dense's grid at m < BLOCK_M: each config also with m-row A boxes (a_rows_per_stage; shown as aR)
   bf16's grid: every legal tile with every cluster K split whose clusters fit one wave, past m = 128 also with
                      2-CTA multicast (--bm / --bn narrow it)
 Every candidate is compiled in parallel first, checked against the dequantised reference (dense, wgrad,
@@ -122,6 +123,7 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
     from benchmarks.bench import _grouped_weights, contiguous_m_indices, skewed_sizes
     from deep_gemm.heuristics import GemmProblem, KernelType, get_config
     from deep_gemm.heuristics.common import ceil_div, walks_groups
+    from deep_gemm.heuristics.common import a_rows_per_stage
     from deep_gemm.heuristics.sm90 import MAX_STAGES, _legal_block, batched_a_box_rows, build_sm90_config
     from deep_gemm.families import sm90_fp8_gemm_1d2d
     from deep_gemm.testing import calc_diff, dequant_per_block, dequant_per_token
@@ -213,7 +215,7 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
         picked = get_config(GemmProblem(heur_m, n, k, sms, kernel_type=kind, num_groups=groups))
     psum_alignment = align if kind == KernelType.M_GROUPED_PSUM else 0
 
-    def make_config(bm, bn, mc, on_a, stages, splits=1):
+    def make_config(bm, bn, mc, on_a, stages, splits=1, a_box=False):
         if splits > 1 and kind != KernelType.NORMAL:
             raise ValueError("cluster K splits are a dense configuration")
         # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: dense M blocks pair
@@ -227,8 +229,9 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
         if kind == KernelType.BATCHED:
             return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES, num_groups=groups,
                                      a_box_rows=batched_a_box_rows(heur_m, bm), gather_scales=True)
+        a_box_rows = a_rows_per_stage(heur_m, bm) if a_box and kind == KernelType.NORMAL and mc == 1 else 0
         return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES,
-                                 full_grid=walks_groups(kind), cluster_k_splits=splits)
+                                 full_grid=walks_groups(kind), cluster_k_splits=splits, a_box_rows=a_box_rows)
 
     def grid(bms, bns, max_stages):
         # Dense decode sizes (m <= 128) also try cluster K splits: those dividing the K blocks, one wave of clusters.
@@ -242,10 +245,13 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
                     variants = [(mc, on_a, 1) for mc, on_a in ((1, True), (2, True), (2, False))] + \
                         [(1, True, s) for s in split_counts if tiles <= max_clusters(sms, s)]
                     for mc, on_a, splits in variants:
-                        try:
-                            out_cfgs.append(make_config(bm, bn, mc, on_a, stages, splits))
-                        except ValueError:
-                            continue
+                        # Dense calls of fewer rows than the tile also with m-row A boxes (a_rows_per_stage).
+                        a_boxes = (False, True) if family == "dense" and mc == 1 and heur_m < bm else (False,)
+                        for a_box in a_boxes:
+                            try:
+                                out_cfgs.append(make_config(bm, bn, mc, on_a, stages, splits, a_box))
+                            except ValueError:
+                                continue
         return out_cfgs
     return Problem(label, fn, "fp8_gemm_1d2d", 2 * rows * n * k, picked, make_config,
                    lambda cfg: sm90_fp8_gemm_1d2d.kernel_source(n, k, cfg, kind, psum_alignment), grid, check)
@@ -367,8 +373,9 @@ def _bf16_problem(values, bms, bns, full_a_box: bool = False) -> Problem:
     import deep_gemm
     from deep_gemm.families import sm90_bf16_gemm
     from deep_gemm.heuristics.common import ceil_div
-    from deep_gemm.heuristics.sm90_bf16 import (BLOCK_NS, MAX_CLUSTER_K_SPLITS, a_rows_per_stage, build_bf16_config,
-                                                get_bf16_config, legal_block, max_clusters)
+    from deep_gemm.heuristics.common import a_rows_per_stage
+    from deep_gemm.heuristics.sm90_bf16 import (BLOCK_NS, MAX_CLUSTER_K_SPLITS, build_bf16_config, get_bf16_config,
+                                                legal_block, max_clusters)
     from deep_gemm.testing import calc_diff
     m, n, k = values
     sms = deep_gemm.get_num_sms()

@@ -290,6 +290,8 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
     `gather_scales`: the kernel gathers its scales per stage (the batched GEMM); `cluster_k_splits` CTAs of a
     cluster per dense tile, each K blocks / splits of them (a divisor; not picked by the heuristic yet). Also used by tools/
     to time configurations the heuristic did not pick."""
+    if a_box_rows and num_multicast > 1 and not gather_scales:
+        raise ValueError("a dense GEMM loads fewer A rows per stage only without multicast")
     splits = cluster_k_splits
     if splits > 1 and (num_multicast > 1 or num_groups > 1 or gather_scales or full_grid or num_sms < splits or
                        ceil_div(k, BLOCK_K) % splits):

@@ -3,7 +3,8 @@ output swizzle and grid, for either operand layout and a BF16 or FP32 D."""
 import functools
 from typing import Tuple
 
-from .common import GemmConfig, KernelType, ceil_div, max_clusters, min_sms_for_waves, num_waves
+from .common import (GemmConfig, KernelType, a_rows_per_stage, ceil_div, max_clusters, min_sms_for_waves,
+                     num_waves)
 from .sm90 import SMEM_BUDGET, SMEM_BYTES_PER_CLK, num_math_threads
 
 BLOCK_K = 64              # BF16 elements of K per stage: one 128-byte swizzle row
@@ -85,14 +86,6 @@ def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
     mma = 2 * block_m * block_n * BLOCK_K / BF16_FLOPS_PER_CLK
     smem = ((block_m + block_n) * 128 + (block_m // 64) * (64 + block_n) * 128) / SMEM_BYTES_PER_CLK
     return max(mma, smem) / _STAGE_EFFICIENCY.get(stages, 1.0)
-
-
-def a_rows_per_stage(m: int, block_m: int) -> int:
-    """A rows a dense call loads per stage when it has fewer than block_m (GemmConfig.a_box_rows): m rounded up to
-    a power of two of at least 8 (the swizzle's row group; powers of two keep the kernels per (n, k) few), else 0
-    (block_m rows). NOTES: H100, 1 x 2112 x 7168 at 64 x 16: 28.8 us with 64-row A boxes, 18.8 with 8-row ones."""
-    rows = max(8, 1 << (m - 1).bit_length())
-    return rows if rows < block_m else 0
 
 
 def _pick_decode(m: int, n: int, k: int, sms: int, mn_major_b: bool, out_bytes: int) -> Tuple[int, int, int]:

@@ -261,7 +261,7 @@ def test_new_m_never_compiles(monkeypatch):
 
 # Cluster K splits of the dense FP8 kernel (forced: the heuristic does not pick them yet): the split counts divide
 # the K blocks; several tiles per cluster (1 x 2112 with 16-wide tiles), 2 M blocks, odd n, k not a multiple of 128,
-# guard bands, bitwise reruns (run_and_check), and agreement with the unsplit kernel.
+# guard bands and bitwise reruns (run_and_check).
 @pytest.mark.parametrize("m,n,k,block_m,block_n,splits", [
     (1, 2112, 7168, 64, 64, 4), (1, 2112, 7168, 64, 16, 8), (7, 2112, 7168, 64, 64, 7), (64, 576, 7168, 64, 64, 2),
     (100, 4096, 2048, 128, 128, 4), (33, 250, 1000, 64, 64, 8), (1, 256, 512, 64, 16, 4)])
@@ -271,3 +271,24 @@ def test_cluster_k_splits(m, n, k, block_m, block_n, splits):
     config = build_sm90_config(m, n, k, block_m, block_n, deep_gemm.get_num_sms(), cluster_k_splits=splits)
     with forced_config(config):
         run_and_check(m, n, k, seed=splits)
+
+
+# Dense decode loading only m rows of A per stage (forced: the heuristic does not pick it yet; the rest of the stage's
+# A tile is stale and feeds only rows that are not written): the reference checks of run_and_check, and the result
+# of the whole-box kernel, bitwise (the same sums in the same order).
+@pytest.mark.parametrize("m,n,k,block_m,block_n", [
+    (1, 2112, 7168, 64, 16), (7, 576, 1000, 64, 64), (20, 250, 7168, 64, 32), (33, 4096, 2048, 128, 128)])
+def test_fewer_a_rows_per_stage(m, n, k, block_m, block_n):
+    from deep_gemm.heuristics.common import a_rows_per_stage
+    from deep_gemm.heuristics.sm90 import build_sm90_config
+    from deep_gemm.testing import forced_config
+    outs = []
+    for a_box_rows in (0, a_rows_per_stage(m, block_m)):
+        config = build_sm90_config(m, n, k, block_m, block_n, deep_gemm.get_num_sms(), a_box_rows=a_box_rows)
+        with forced_config(config):
+            run_and_check(m, n, k, seed=5)
+            lhs, rhs, _, _ = make_inputs(m, n, k, 5)
+            out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+            deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+            outs.append(out)
+    assert outs[1].shape == outs[0].shape and torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))

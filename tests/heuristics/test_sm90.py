@@ -4,7 +4,7 @@ import random
 import pytest
 
 from deep_gemm.heuristics import GemmConfig, GemmProblem, KernelType, get_config, get_sm90_config, sm90_smem_size
-from deep_gemm.heuristics.common import ceil_div
+from deep_gemm.heuristics.common import a_rows_per_stage, ceil_div
 from deep_gemm.heuristics.sm90 import (MAX_STAGES, SMEM_BUDGET, VARIANT_M_CAP, build_sm90_config, kernel_key,
                                        sm90_kernel_variants)
 
@@ -351,3 +351,13 @@ def test_cluster_k_splits_configs():
         build_sm90_config(1, 2112, 7168, 64, 64, 132, 2, True, cluster_k_splits=2)
     with pytest.raises(ValueError, match="without multicast"):
         build_sm90_config(1, 2112, 7168, 64, 64, 132, num_groups=4, cluster_k_splits=2)
+
+
+def test_dense_decode_may_load_fewer_a_rows_without_multicast():
+    """A forced dense config may load only m rows of A per stage (a_rows_per_stage: powers of two >= 8), as the BF16
+    decode picks do; with multicast the pair's other M block needs the whole box."""
+    assert [a_rows_per_stage(m, 64) for m in (1, 8, 9, 16, 17, 32, 33, 64)] == [8, 8, 16, 16, 32, 32, 0, 0]
+    assert a_rows_per_stage(100, 128) == 0 and a_rows_per_stage(40, 128) == 64
+    assert build_sm90_config(1, 2112, 7168, 64, 16, 132, a_box_rows=8).a_box_rows == 8
+    with pytest.raises(ValueError, match="without multicast"):
+        build_sm90_config(1, 2112, 7168, 64, 16, 132, 2, True, a_box_rows=8)

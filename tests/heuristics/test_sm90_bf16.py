@@ -4,8 +4,8 @@ import pytest
 
 from deep_gemm.heuristics.common import KernelType
 from deep_gemm.heuristics.sm90 import SMEM_BUDGET
-from deep_gemm.heuristics.sm90_bf16 import (COMPUTE_BLOCK_NS, MAX_CLUSTER_K_SPLITS, a_rows_per_stage, bf16_smem_size,
-                                            build_bf16_config, get_bf16_config, legal_block, max_clusters)
+from deep_gemm.heuristics.sm90_bf16 import (COMPUTE_BLOCK_NS, MAX_CLUSTER_K_SPLITS, bf16_smem_size, build_bf16_config,
+                                            get_bf16_config, legal_block, max_clusters)
 
 SHAPES = [(m, n) for m in (1, 7, 64, 128, 129, 1000, 4096, 16384) for n in (16, 200, 576, 2112, 4096, 7168, 32768)]
 
@@ -122,11 +122,9 @@ def test_grouped_multicast_shares_b_past_one_m_block_per_group():
 
 
 def test_dense_calls_of_fewer_rows_load_only_their_rows_of_a():
-    """m < BLOCK_M, dense, A K-major: each stage loads m rows of A rounded up to a power of two >= 8 (as DeepGEMM's
-    16- and 32-row decode tiles; at most three extra kernels per shape); grouped calls, MN-major A and full tiles
-    load BLOCK_M rows."""
-    assert [a_rows_per_stage(m, 64) for m in (1, 8, 9, 16, 17, 32, 33, 64)] == [8, 8, 16, 16, 32, 32, 0, 0]
-    assert a_rows_per_stage(100, 128) == 0 and a_rows_per_stage(40, 128) == 64
+    """m < BLOCK_M, dense, A K-major: each stage loads m rows of A rounded up to a power of two >= 8 (a_rows_per_stage,
+    tests/heuristics/test_sm90.py; as DeepGEMM's 16- and 32-row decode tiles); grouped calls, MN-major A and full
+    tiles load BLOCK_M rows."""
     assert get_bf16_config(1, 2112, 132, False, 2, k=7168).a_box_rows == 8
     assert get_bf16_config(20, 2112, 132, True, 4, k=7168).a_box_rows == 32
     assert get_bf16_config(1, 2112, 132, False, 2, k=7168, mn_major_a=True).a_box_rows == 0

@@ -29,6 +29,7 @@ BUDGETS = {
     # tile of 14 K blocks (k = 1792) measures 89.86 the same way; at 2 splits (28 blocks) the K loop is 80.62, as
     # unsplit (80.75).
     "dense-64x64-ks4": 179.0,           # measured 173.79
+    "dense-64x16-a8": 58.5,             # measured 56.50 (8 K blocks per body)
     # Batched decode (m < BLOCK_M, one K block per tile at k = 128): the per-tile loop, tile walk included.
     "batched-decode-64x256": 823.0,     # measured 799 (870 before the compile-time one-M-block walk)
     "wgrad-256x112": 329.0,             # measured 319.00 (1 K block per body; issue turns)
@@ -38,8 +39,9 @@ BUDGETS = {
 
 def _instantiations():
     """name -> (KernelSource, config)."""
-    def dense(m, n, k, block_m, block_n, multicast=1, kind=KernelType.NORMAL, splits=1):
-        config = build_sm90_config(m, n, k, block_m, block_n, 132, multicast, True, cluster_k_splits=splits)
+    def dense(m, n, k, block_m, block_n, multicast=1, kind=KernelType.NORMAL, splits=1, a_box_rows=0):
+        config = build_sm90_config(m, n, k, block_m, block_n, 132, multicast, True, cluster_k_splits=splits,
+                                   a_box_rows=a_box_rows)
         return sm90_fp8_gemm_1d2d.kernel_source(n, k, config, kind), config
 
     batched_config = build_sm90_config(4096, 4096, 4096, 128, 192, 132, 2, True, num_groups=8, gather_scales=True)
@@ -59,6 +61,8 @@ def _instantiations():
         "dense-64x56": dense(64, 7168, 2048, 64, 56),
         # Decode with K cut over a cluster of 4 (forced: not picked yet): 14 of 56 K blocks per CTA.
         "dense-64x64-ks4": dense(1, 2112, 7168, 64, 64, splits=4),
+        # Decode loading 8 rows of A per stage (forced: not picked yet), DeepGEMM's 132 tiles of 16 columns.
+        "dense-64x16-a8": dense(1, 2112, 7168, 64, 16, a_box_rows=8),
         # The batched heuristic's pick for 128 x 1x512x128 (MLA decode): an 8-row A box, one M block per batch.
         "batched-decode-64x256": (sm90_fp8_gemm_1d2d.kernel_source(512, 128, decode_config, KernelType.BATCHED),
                                   decode_config),

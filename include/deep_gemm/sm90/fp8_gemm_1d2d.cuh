@@ -136,7 +136,7 @@ struct FP8GemmOutput {
 // so the caller's row-major per-token scales need no conversion; and SB's one or two values of the K block, so
 // that no tile waits for its SB on a global load: with short K loops that load's latency was exposed per tile),
 // kLoadRowsA (rows of A each stage loads: BLOCK_M, or fewer when no group has more rows (batched GEMMs with
-// m < BLOCK_M); the rest of the stage's A tile keeps stale data, which only reaches rows the epilogue does not
+// m < BLOCK_M, dense ones without multicast); the rest of the stage's A tile keeps stale data, which only reaches rows the epilogue does not
 // write), kOneMBlock (batched GEMMs with m <= BLOCK_M: one M block per batch, a tile walk without run-time
 // divisions; TileScheduler), kClusterSplitsK (1, or 2-8 CTAs of a cluster cutting a dense tile's K; the launch's
 // cluster size).
@@ -199,8 +199,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                      "psum / batched GEMMs multicast only A (the pair shares the M block, hence the group)");
     DG_STATIC_ASSERT(kGemmType != GemmType::Batched or kGatherScales, "the batched GEMM reads SA as the caller has it");
     DG_STATIC_ASSERT(Config::kLoadRowsA % 8 == 0 and Config::kLoadRowsA <= BLOCK_M and
-                     (Config::kLoadRowsA == BLOCK_M or kGemmType == GemmType::Batched),
-                     "A rows per stage: a multiple of 8 up to BLOCK_M; fewer only for batched GEMMs with m < it");
+                     (Config::kLoadRowsA == BLOCK_M or kGemmType == GemmType::Batched or
+                      (kGemmType == GemmType::Normal and kNumMulticast == 1)),
+                     "A rows per stage: a multiple of 8 up to BLOCK_M; fewer only for batched or unshared dense "
+                     "GEMMs with m < it");
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
     DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales,
