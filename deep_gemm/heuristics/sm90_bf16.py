@@ -173,7 +173,7 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
     """The full configuration for chosen blocks (deepest pipeline that fits unless `num_stages` is given, smallest
     grid that keeps the number of waves; `groups` groups of m rows each; `cluster_k_splits` CTAs per tile, each
     taking one range of K, the grid a multiple of them; `num_multicast` 2: tiles in 2-CTA clusters sharing A's
-    (`multicast_on_a`: dense, an even N block count) or B's (dense: an even M block count; `kind` contiguous or
+    (`multicast_on_a`: dense or `kind` batched (the einsums' heads), an even N block count) or B's (dense: an even M block count; `kind` contiguous or
     masked: any, the kernel pairs the tiles and checks each pair) TMA loads; `a_box_rows`: A rows per stage, fewer
     than block_m for a dense call of fewer rows with A K-major (0: block_m))."""
     splits = cluster_k_splits
@@ -183,12 +183,13 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
     if splits > 1 and (groups != 1 or num_sms < splits):
         raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs on at least as many SMs")
     paired_on_device = kind in (KernelType.M_GROUPED_CONTIGUOUS, KernelType.M_GROUPED_MASKED) and not multicast_on_a
+    heads_share_a = kind == KernelType.BATCHED and multicast_on_a  # a head's N blocks pair up: pairs stay in a head
     if num_multicast == 2 and not paired_on_device and (
-            kind != KernelType.NORMAL or groups != 1 or splits > 1 or
+            (kind != KernelType.NORMAL and not heads_share_a) or (groups != 1 and not heads_share_a) or splits > 1 or
             (ceil_div(n, block_n) if multicast_on_a else ceil_div(m, block_m)) % 2):
         raise ValueError(f"multicast of {'A' if multicast_on_a else 'B'} needs a dense GEMM whose "
-                         f"{'N' if multicast_on_a else 'M'} blocks pair up, or B shared by contiguous / masked "
-                         f"pairs ({m}x{n}, {block_m}x{block_n})")
+                         f"{'N' if multicast_on_a else 'M'} blocks pair up, B shared by contiguous / masked pairs, "
+                         f"or A by a batched GEMM's N block pairs ({m}x{n}, {block_m}x{block_n})")
     tiles = groups * ceil_div(m, block_m) * ceil_div(n, block_n)
     if num_multicast == 2:
         grid = min(num_sms // 2 * 2, min_sms_for_waves(tiles, num_waves(tiles, num_sms), 2))

@@ -113,6 +113,34 @@ def test_per_head(expr, hrd, b_):
     assert torch.equal(first, g.bits())
 
 
+# A shared by each head's pairs of N blocks over 2-CTA clusters (forced: the heuristic does not pick it yet): the
+# reference, and the unshared kernel's result bitwise. Ragged head rows (100 of a 128-row tile) included.
+HEAD_MULTICAST = [("bhr,hdr->bhd", 512, (8, 1024, 512), 128), ("bhd,hdr->bhr", 512, (8, 512, 256), 128),
+                  ("bhr,hdr->bhd", 100, (16, 256, 128), 64), ("bhd,hdr->bhr", 300, (4, 256, 192), 64)]
+
+
+@pytest.mark.parametrize("expr,b_,hrd,block_n", HEAD_MULTICAST)
+def test_per_head_a_multicast(expr, b_, hrd, block_n):
+    from deep_gemm.heuristics import KernelType
+    from deep_gemm.heuristics.sm90_bf16 import build_bf16_config
+    from deep_gemm.testing import forced_config
+    h, r, d = hrd
+    gen = torch.Generator(device="cuda").manual_seed(b_ + h)
+    x, y, out_cols = _heads_case(expr, b_, h, r, d, gen)
+    outs = []
+    for multicast in (1, 2):
+        config = build_bf16_config(b_, out_cols, 128, block_n, deep_gemm.get_num_sms(), 2, groups=h,
+                                   num_multicast=multicast, kind=KernelType.BATCHED)
+        g = Guarded((b_, h, out_cols), torch.bfloat16, "cuda")
+        with forced_config(config):
+            deep_gemm.einsum(expr, x, y, g.out)
+        torch.cuda.synchronize()
+        g.check_guards()
+        assert calc_diff(g.out.float(), torch.einsum(expr, x.float(), y.float())) < 1e-5, (expr, multicast)
+        outs.append(g.bits())
+    assert torch.equal(outs[0], outs[1]), "A multicast changed the result"
+
+
 def test_per_head_refusals():
     gen = torch.Generator(device="cuda").manual_seed(1)
     x = _randn((4, 2, 100), gen)

@@ -54,13 +54,19 @@ CONFIGS = {
     "nt-bf16-masked-mcB": (192, 4096, build_bf16_config(192, 4096, 128, 256, 132, 2, groups=32, num_multicast=2,
                                                         multicast_on_a=False, kind=KernelType.M_GROUPED_MASKED)),
     "nt-bf16+acc-128x576": (128, 576, None),
+    # The einsums' heads with A shared by each head's N block pairs (forced: not picked yet).
+    "nt-bf16-heads-4096x512-mcA": (4096, 512, build_bf16_config(4096, 512, 128, 128, 132, 2, groups=8,
+                                                                num_multicast=2, kind=KernelType.BATCHED)),
+    "nn-bf16-heads-4096x4096-mcA": (4096, 4096, build_bf16_config(4096, 4096, 128, 128, 132, 2, groups=8,
+                                                                  num_multicast=2, kind=KernelType.BATCHED)),
     "tt-fp32+acc-7x200-ks5": (7, 200, build_bf16_config(7, 200, 64, 64, 132, 4, cluster_k_splits=5)),
     "nn-bf16-100x576-ks8": (100, 576, build_bf16_config(100, 576, 128, 64, 132, 2, cluster_k_splits=8)),
     # An MN-major B of two column chunks in a cluster (its descriptor's chunk stride must survive the cluster rank).
     "nn-bf16-64x512-ks2-bn128": (64, 512, build_bf16_config(64, 512, 64, 128, 132, 2, cluster_k_splits=2)),
     "tn-fp32+acc-4096x2304-mcA": (4096, 2304, build_bf16_config(4096, 2304, 128, 128, 132, 4, num_multicast=2)),
 }
-GROUPS = {"nt-bf16-heads-4096x512": 8, "nn-bf16-heads-128x512": 128, "nt-fp32-ksplits-128x384": 44}
+GROUPS = {"nt-bf16-heads-4096x512": 8, "nn-bf16-heads-128x512": 128, "nt-fp32-ksplits-128x384": 44,
+          "nt-bf16-heads-4096x512-mcA": 8, "nn-bf16-heads-4096x4096-mcA": 8}
 # Instructions per K block per math warp in the main loop, at most (measured + ~3%).
 # At m >= 4096 the tiles share an operand over 2-CTA clusters: the release's remote arrivals add 1-3 instructions.
 BUDGETS = {"nt-bf16-4096x7168": 54.0, "nn-bf16-4096x7168": 52.0, "tn-fp32+acc-7168x2112": 52.0,  # measured 52, 51, 50

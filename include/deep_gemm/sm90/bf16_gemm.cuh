@@ -97,8 +97,9 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     DG_STATIC_ASSERT(kGemmType == GemmType::Normal or not (Config::kAccumulate or Config::kMNMajorA),
                      "grouped and batched BF16 GEMMs: K-major A, D stored");
     DG_STATIC_ASSERT(Config::kNumMulticast == 1 or kGemmType == GemmType::Normal or
-                         ((kContiguous or kGemmType == GemmType::MGroupedMasked) and not Config::kMulticastOnA),
-                     "multicast: dense, or B shared by contiguous / masked pairs");
+                         ((kContiguous or kGemmType == GemmType::MGroupedMasked) and not Config::kMulticastOnA) or
+                         (kBatched and not kKSplits and Config::kMulticastOnA),
+                     "multicast: dense, B shared by contiguous / masked pairs, or A shared by a head's N block pairs");
     DG_STATIC_ASSERT(not Config::kOutputFP32 or kGemmType == GemmType::Normal or kBatched,
                      "grouped BF16 GEMMs write BF16 D");
     DG_STATIC_ASSERT(not Config::kBatchSplitsK or (kBatched and Config::kOutputFP32 and not Config::kMNMajorB),
