@@ -872,6 +872,53 @@ def build_hc_prenorm(p: dict, device, seed: int) -> Case:
                 (a, b, g.out, sqr_sum, splits or None), g, checker, dict(ref=ref, simulate=simulate))
 
 
+# ---- fp8_gemm_nt_skip_head_mid (the dense FP8 GEMM with each head's columns split around a skipped middle)
+
+def sample_skip_head_mid(rng: random.Random) -> dict:
+    left, right = 16 * rng.randint(1, 8), 16 * rng.randint(1, 8)
+    mid = rng.choice([0, 8, 64, 8 * rng.randint(1, 32)])
+    heads = rng.choice([1, 3, 16, 64, 128])
+    k = rng.choice(DENSE_K)
+    n = heads * (left + right)
+    return dict(m=_cap_rows(draw_rows(rng, 8192), n * k, k), heads=heads, left=left, mid=mid, right=right, k=k)
+
+
+def head_split_columns(heads: int, left: int, mid: int, right: int, device):
+    """(out columns that receive GEMM columns 0..n-1 in order, out columns of the skipped middles) of
+    fp8_gemm_nt_skip_head_mid."""
+    width = left + mid + right
+    starts = torch.arange(heads, device=device) * width
+    parts = torch.cat([torch.arange(left, device=device), left + mid + torch.arange(right, device=device)])
+    written = (starts[:, None] + parts[None, :]).reshape(-1)
+    skipped = (starts[:, None] + left + torch.arange(mid, device=device)[None, :]).reshape(-1)
+    return written, skipped
+
+
+def build_skip_head_mid(p: dict, device, seed: int) -> Case:
+    """p: m, heads, left, mid, right, k; B [heads * (left + right), k]; the middles must stay poisoned."""
+    m, heads, left, mid, right, k = p["m"], p["heads"], p["left"], p["mid"], p["right"], p["k"]
+    n = heads * (left + right)
+    gen = _gen(device, seed)
+    a8, sa, a_deq, a = quant_rows(m, k, gen, device)
+    b = torch.randn((n, k), device=device, generator=gen).to(torch.bfloat16)
+    b8, sb = deep_gemm.per_block_cast_to_fp8(b)
+    ref = a_deq @ dequant_per_block(b8, sb).t()
+    ref_bf16 = a.float() @ b.float().t()
+    g = Guarded((m, n + heads * mid), torch.bfloat16, device)
+    written, skipped = head_split_columns(heads, left, mid, right, device)
+
+    def checker(case: Case) -> None:
+        assert bool(case.guarded.untouched()[:, skipped].all()), f"{case.desc}: a skipped middle column was written"
+        _assert_close([(case.out[:, written], ref, ref_bf16)], case.desc)
+
+    def simulate() -> None:
+        g.out[:, written] = ref.to(torch.bfloat16)
+
+    return Case("fp8_gemm_nt_skip_head_mid", f"skip_head_mid m={m} heads={heads} ({left}, {mid}, {right}) k={k}",
+                ((padded_rows(a8), sa), (padded_rows(b8), sb), g.out, (left, mid, right)), g, checker,
+                dict(ref=ref, simulate=simulate))
+
+
 # ---------------------------------------------------------------- registry
 
 @dataclass(frozen=True)
@@ -935,6 +982,20 @@ SPECS += [
                         ("einsum-a-fp16", lambda d: d.__setitem__("a", d["a"].half()), TypeError, "a", True),
                         ("einsum-b-heads", lambda d: d.__setitem__("b", d["b"][:-1]), ValueError, "b", True),
                         ("einsum-c-per-head", lambda d: d.__setitem__("c", d["out"]), ValueError, "c", True)),
+             operator=False),
+    GemmSpec("fp8_gemm_nt_skip_head_mid", sample_skip_head_mid, build_skip_head_mid,
+             dict(m=129, heads=3, left=128, mid=64, right=48, k=200), 2,
+             arg_names=("lhs", "rhs", "out", "head_splits"),
+             malformed=(("skip-head-d-width", lambda d: d.__setitem__("out", d["out"][:, 8:]), ValueError, "d", True),
+                        ("skip-head-splits-ragged", lambda d: d.__setitem__("head_splits", (120, 64, 56)),
+                         ValueError, "head_splits", True),
+                        ("skip-head-not-whole-heads", lambda d: d.__setitem__("head_splits", (16, 64, 16)),
+                         ValueError, "b[0] (B)", True),
+                        ("skip-head-splits-type", lambda d: d.__setitem__("head_splits", (128, 64.0, 48)),
+                         TypeError, "head_splits[1]", True),
+                        ("skip-head-d-fp32", lambda d: d.__setitem__("out", d["out"].float()), TypeError, "d", True),
+                        ("skip-head-b-k", lambda d: d["rhs"].__setitem__(0, d["rhs"][0][:, :128]), ValueError,
+                         "b[0] (B)", True)),
              operator=False),
     GemmSpec("tf32_hc_prenorm_gemm", sample_hc_prenorm, build_hc_prenorm, dict(m=137, n=24, k=1000, splits=3), 2,
              arg_names=("a", "b", "out", "sqr_sum", "num_splits"),

@@ -246,7 +246,8 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
                         [(1, True, s) for s in split_counts if tiles <= max_clusters(sms, s)]
                     for mc, on_a, splits in variants:
                         # Dense calls of fewer rows than the tile also with m-row A boxes (a_rows_per_stage).
-                        a_boxes = (False, True) if family == "dense" and mc == 1 and heur_m < bm else (False,)
+                        a_boxes = (False, True) if family == "dense" and mc == 1 and a_rows_per_stage(heur_m, bm) \
+                            else (False,)
                         for a_box in a_boxes:
                             try:
                                 out_cfgs.append(make_config(bm, bn, mc, on_a, stages, splits, a_box))

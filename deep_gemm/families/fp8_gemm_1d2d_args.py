@@ -18,6 +18,11 @@ from .plan import launch, noop_plan
 from .variant import INT, PAIR, TENSOR, Family, Variant
 
 _NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
+# (left, mid, right) of fp8_gemm_nt_skip_head_mid: each head of left + right GEMM columns is stored as left | mid
+# columns left unwritten | right; (0, 0, 0): a plain dense GEMM.
+HeadSplits = Tuple[int, int, int]
+NO_HEAD_SPLITS: HeadSplits = (0, 0, 0)
+_NAMES_SKIP_HEAD_MID = ("a[0] (A)", "a[1] (SA)", "b[0] (B)", "b[1] (SB)", "d")  # DeepGEMM's argument names
 # The 1d2d kernels' template parameter of each kind (deep_gemm::GemmType, include/deep_gemm/common/scheduler.cuh).
 GEMM_TYPES = {
     KernelType.NORMAL: CppName("deep_gemm::GemmType::Normal"),
@@ -44,6 +49,7 @@ class GemmLayout:
     num_sms: int
     arch: str
     psum_alignment: int = 0      # psum layout: row alignment of the experts' starts
+    head_splits: HeadSplits = NO_HEAD_SPLITS
     plans: dict = field(default_factory=dict)
     family: Optional[Family] = None  # bound by the runtime for a layout that launches
 
@@ -60,7 +66,8 @@ class GemmLayout:
         if self.action == "none":
             return noop_plan(self.device.index, len(tensors), self.extents, (4,))
         ptrs = [t.data_ptr() for t in tensors]
-        base_names = _NAMES_BMM if self.kind == KernelType.BATCHED else _NAMES_1D2D
+        base_names = _NAMES_BMM if self.kind == KernelType.BATCHED else \
+            _NAMES_SKIP_HEAD_MID if self.head_splits != NO_HEAD_SPLITS else _NAMES_1D2D
         if self.action == "launch" and (ptrs[0] | ptrs[2] | (0 if self.ragged_n else ptrs[4])) & 15:
             for i in (0, 2) + (() if self.ragged_n else (4,)):
                 checks.check_tma_matrix(checks.rows_view(tensors[i], base_names[i]), base_names[i])
@@ -91,14 +98,20 @@ class GemmLayout:
         """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing, write
         nothing."""
         if self.action == "launch":
-            self.family.load(self.kind, lhs[0], rhs[0], self.num_sms, self.arch, self.expected_m, self.psum_alignment)
+            self.family.load(self.kind, lhs[0], rhs[0], self.num_sms, self.arch, self.expected_m, self.psum_alignment,
+                             **self._head_split_args())
+
+    def _head_split_args(self) -> dict:
+        """The head splits, for the families that serve them (sm90's; only its variant has them)."""
+        return {} if self.head_splits == NO_HEAD_SPLITS else {"head_splits": self.head_splits}
 
     def _launch(self, tensors):
         geometry = checks.tensor_geometry(tensors)
         plan = self.plans.get(geometry)
         if plan is None:
             plan = self.plans[geometry] = self.family.build_plan(self.kind, tensors, self.num_sms, self.arch,
-                                                                 self.expected_m, self.psum_alignment)
+                                                                 self.expected_m, self.psum_alignment,
+                                                                 **self._head_split_args())
         launch(plan, tuple(t.data_ptr() for t in tensors))
         return plan
 
@@ -107,10 +120,11 @@ _INDEX_NAMES = {KernelType.M_GROUPED_CONTIGUOUS: "m_indices", KernelType.M_GROUP
                 KernelType.M_GROUPED_PSUM: "grouped_layout"}
 
 
-def _layout(kind, action, device, sa, sb, named, ragged_n=False, expected_m=0, psum_alignment=0) -> GemmLayout:
+def _layout(kind, action, device, sa, sb, named, ragged_n=False, expected_m=0, psum_alignment=0,
+            head_splits=NO_HEAD_SPLITS) -> GemmLayout:
     return GemmLayout(kind, action, device, ragged_n, is_col_major_tma_aligned(sa), sb.is_contiguous(),
                       tuple(checks.extent_bytes(t) for _, t in named), expected_m, get_num_sms(device.index),
-                      get_device_arch(device.index), psum_alignment)
+                      get_device_arch(device.index), psum_alignment, head_splits)
 
 
 def normalise_dense(lhs, rhs, out) -> GemmLayout:
@@ -145,6 +159,54 @@ def normalise_dense(lhs, rhs, out) -> GemmLayout:
     checks.check_tma_matrix(a, "lhs[0] (A)")
     checks.check_tma_matrix(b, "rhs[0] (B)")
     return _layout(kind, "launch", device, sa, sb, named, ragged_n)
+
+
+# Head parts of fp8_gemm_nt_skip_head_mid: left and right whole 16-column runs (a tile of a divisor of both lies
+# inside one part), mid whole 16-byte chunks of BF16 (the TMA store's column offsets).
+HEAD_PART_COLUMNS, HEAD_MID_COLUMNS = 16, 8
+
+
+def normalise_skip_head_mid(lhs, rhs, out, left, mid, right) -> GemmLayout:
+    """Every layout check of `fp8_gemm_nt_skip_head_mid` (DeepGEMM's attention-indexer GEMM): as the dense GEMM, with
+    out [m, n + n / (left + right) * mid]; each head's left + right columns of A B^T land as left | mid columns left
+    untouched | right."""
+    a, sa = checks.unpack_pair(lhs, "a")
+    b, sb = checks.unpack_pair(rhs, "b")
+    names = _NAMES_SKIP_HEAD_MID
+    checks.check_tensor(a, names[0], torch.float8_e4m3fn, 2)
+    checks.check_tensor(sa, names[1], torch.float32, 2)
+    checks.check_tensor(b, names[2], torch.float8_e4m3fn, 2)
+    checks.check_tensor(sb, names[3], torch.float32, 2)
+    checks.check_tensor(out, names[4], torch.bfloat16, 2)
+    left, mid, right = (checks.host_int(v, f"head_splits[{i}]") for i, v in enumerate((left, mid, right)))
+    if left <= 0 or right <= 0 or mid < 0:
+        raise ValueError(f"head_splits must be (left > 0, mid >= 0, right > 0), got {(left, mid, right)}")
+    if left % HEAD_PART_COLUMNS or right % HEAD_PART_COLUMNS or mid % HEAD_MID_COLUMNS:
+        raise ValueError(f"head_splits: left and right must be multiples of {HEAD_PART_COLUMNS} and mid of "
+                         f"{HEAD_MID_COLUMNS} on SM90, got {(left, mid, right)}")
+    m, k = a.shape
+    n, k_b = b.shape
+    if k_b != k:
+        raise ValueError(f"{names[2]} must have shape (n, {k}) to match A's k={k}, got {tuple(b.shape)}")
+    if n % (left + right):
+        raise ValueError(f"{names[2]}: n = {n} must be a multiple of left + right = {left + right} (whole heads)")
+    n_out = n + n // (left + right) * mid
+    checks.check_shape(out, names[4], (m, n_out), "m x (n + n / (left + right) * mid)")
+    kb = ceil_div(k, 128)
+    checks.check_shape(sa, names[1], (m, kb), "m x ceil(k/128)")
+    checks.check_shape(sb, names[3], (ceil_div(n, 128), kb), "ceil(n/128) x ceil(k/128)")
+    named = list(zip(names, (a, sa, b, sb, out)))
+    device = checks.check_same_cuda_device(named)
+    kind, splits = KernelType.NORMAL, (left, mid, right)
+    if m == 0 or n == 0:
+        return _layout(kind, "none", device, sa, sb, named, head_splits=splits)
+    checks.check_tma_matrix(out, names[4])
+    checks.check_no_overlap(out, names[4], named[:4])
+    if k == 0:
+        raise ValueError("k must be > 0 for fp8_gemm_nt_skip_head_mid (as DeepGEMM)")
+    checks.check_tma_matrix(a, names[0])
+    checks.check_tma_matrix(b, names[2])
+    return _layout(kind, "launch", device, sa, sb, named, head_splits=splits)
 
 
 def _check_grouped_rhs(rhs, k: int):
@@ -314,3 +376,5 @@ PSUM = Variant("psum", "m_grouped_fp8_gemm_nt_contiguous (psum layout)", (PAIR, 
                normalise_psum, warmup_fields=("n", "k", "num_groups", "expected_m"))
 BMM = Variant("bmm", "bmm_fp8_fp8_bf16_nt", (PAIR, PAIR, TENSOR), normalise_bmm,
               warmup_fields=("n", "k", "num_batches", "m"))
+SKIP_HEAD_MID = Variant("skip_head_mid", "fp8_gemm_nt_skip_head_mid", (PAIR, PAIR, TENSOR, INT, INT, INT),
+                        normalise_skip_head_mid, warmup_fields=("n", "k", "left", "mid", "right"))

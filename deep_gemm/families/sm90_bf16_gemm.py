@@ -135,6 +135,8 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     batched = ops.kind.gemm_type == KernelType.BATCHED
     kernel = _kernel(ops.hint_m or ops.m, ops.n, ops.kind, num_sms, device_index, arch, groups_for_heuristic, ops.k)
     cfg, kind = kernel.config, ops.kind
+    if cfg.a_box_rows and ops.rows > cfg.a_box_rows:  # a forced config of fewer rows: the rest would be stale
+        raise ValueError(f"the configuration loads {cfg.a_box_rows} rows of A per stage, the call has {ops.rows}")
     params = ParamBuffer(PARAMS)
     # A: [rows, k] K-major, or [k, rows] MN-major; B: [b_rows, k] K-major, or [b_rows, n] MN-major (b_rows: G x k
     # for grouped B). An MN-major operand loads 64 x 64 boxes (block / 64 per stage), a K-major one 64 x block.

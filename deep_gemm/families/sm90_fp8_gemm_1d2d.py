@@ -1,6 +1,7 @@
 """Kernel family of include/deep_gemm/sm90/fp8_gemm_1d2d.cuh on sm_90a (the dense, contiguous, masked, psum and
 batched GEMMs): the kernel configuration, the kernel's parameters (declared once, `PARAMS`), and the `_C` plan that
 launches it. The variants' argument checks are shared with the sm100 family (fp8_gemm_1d2d_args.py)."""
+import math
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -8,12 +9,13 @@ from .. import jit, log
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, KernelType
 from ..heuristics.common import ceil_div, get_forced_config, has_group_row_ends
-from ..heuristics.sm90 import get_sm90_config, sm90_kernel_variants
+from ..heuristics.sm90 import get_sm90_config, sm90_kernel_variants, variant_row_counts
 from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
 from ..scale_layout import get_tma_aligned_size
 from . import checks
-from .fp8_gemm_1d2d_args import BMM, CONTIGUOUS, DENSE, GEMM_TYPES, MASKED, PSUM
+from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, DENSE, GEMM_TYPES, MASKED, NO_HEAD_SPLITS, PSUM, SKIP_HEAD_MID,
+                                  HeadSplits)
 from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, make_plan
 from .variant import Family
 
@@ -32,21 +34,25 @@ _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUO
 
 
 def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL,
-                  psum_alignment: int = 0) -> jit.KernelSource:
+                  psum_alignment: int = 0, head_splits: HeadSplits = NO_HEAD_SPLITS) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments.
     `psum_alignment`: the psum layout's row alignment of the experts' starts (that kind only). The batched GEMM
     gathers its scales per stage (kGatherScales: SA at the caller's strides, SB's values of the K block); the other
-    kinds load SA MN-major by TMA and SB per tile."""
+    kinds load SA MN-major by TMA and SB per tile. `head_splits` (left, mid, right): a dense GEMM whose every head
+    of left + right columns is stored as left | mid skipped columns | right (fp8_gemm_nt_skip_head_mid)."""
     if (kind == KernelType.M_GROUPED_PSUM) != (psum_alignment > 0):
         raise ValueError(f"psum_alignment must be > 0 exactly for the psum layout, got {psum_alignment} for {kind}")
+    left, mid, right = head_splits
     named = dict(kGemmType=GEMM_TYPES[kind], SHAPE_N=n, SHAPE_K=k, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
                  kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
                  kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m,
                  kOneMBlock=config.a_box_rows > 0 and kind == KernelType.BATCHED,
-                 kClusterSplitsK=config.cluster_k_splits)
-    return jit.KernelSource(name=_NAMES[kind], header=HEADER, function=FUNCTION, config=named)
+                 kClusterSplitsK=config.cluster_k_splits, kHeadSplitLeft=left, kHeadSplitMid=mid,
+                 kHeadSplitRight=right)
+    name = _NAMES[kind] + ("_skip_head_mid" if left + right else "")
+    return jit.KernelSource(name=name, header=HEADER, function=FUNCTION, config=named)
 
 
 @dataclass
@@ -63,10 +69,13 @@ def clear_kernels() -> None:
     _kernels.clear()
 
 
-def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelType, num_groups: int) -> GemmConfig:
+def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelType, num_groups: int,
+                  head_splits: HeadSplits = NO_HEAD_SPLITS) -> GemmConfig:
     """The configuration a call loads; m: rows (dense, contiguous), expected rows per group (masked, psum) or rows
-    per batch (batched)."""
-    return get_forced_config() or get_sm90_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups))
+    per batch (batched). With head splits every tile lies inside one head part (BLOCK_N divides left and right)."""
+    left, _, right = head_splits
+    return get_forced_config() or get_sm90_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups,
+                                                              math.gcd(left, right)))
 
 
 def runtime_kernels(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL,
@@ -104,43 +113,50 @@ def precompile_variants(n: int, k: int, num_sms: int, arch: str, kind: KernelTyp
 
 def warmup_precompile(variant: str, shape: dict, num_sms: int, arch: str) -> None:
     """The first-sight precompile of a dense or contiguous warm-up shape (`Family.precompile`); the kernels of the
-    other variants depend on their rows per group, not on (n, k) alone."""
+    other variants depend on their rows per group, not on (n, k) alone (and head-split GEMMs have no first-sight
+    precompile)."""
+    if variant == SKIP_HEAD_MID.name:
+        return
     kind = KernelType(variant)
     if not has_group_row_ends(kind):
         precompile_variants(shape["n"], shape["k"], num_sms, arch, kind)
 
 
 def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, kind: KernelType,
-            num_groups: int, psum_alignment: int = 0) -> _Kernel:
+            num_groups: int, psum_alignment: int = 0, head_splits: HeadSplits = NO_HEAD_SPLITS) -> _Kernel:
     """The configured, loaded kernel; m: rows (dense, contiguous) or expected rows per group (masked, psum)."""
     forced = get_forced_config()
-    key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups, psum_alignment)
+    key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups, psum_alignment, head_splits)
     kernel = _kernels.get(key)
     if kernel is None:
-        config = kernel_config(m, n, k, num_sms, arch, kind, num_groups)
+        config = kernel_config(m, n, k, num_sms, arch, kind, num_groups, head_splits)
         env = read_env()
         log.apply_env(env)
-        log.configs.debug("%s m=%d n=%d k=%d groups=%d: %s", kind.value, m, n, k, num_groups, config)
+        heads = "" if head_splits == NO_HEAD_SPLITS else f" head splits {head_splits}"
+        log.configs.debug("%s m=%d n=%d k=%d groups=%d%s: %s", kind.value, m, n, k, num_groups, heads, config)
+        # (Head-split GEMMs are an attention layer's few shapes: compiled as they come.)
         if env.jit_precompile and forced is None and not has_group_row_ends(kind) \
-                and (n, k, num_sms, arch, kind) not in _seen_nk:
+                and head_splits == NO_HEAD_SPLITS and (n, k, num_sms, arch, kind) not in _seen_nk:
             _seen_nk.add((n, k, num_sms, arch, kind))
             precompile_variants(n, k, num_sms, arch, kind)
         ensure_context(device_index)
-        loaded = jit.load(kernel_source(n, k, config, kind, psum_alignment), arch, config.num_threads,
+        loaded = jit.load(kernel_source(n, k, config, kind, psum_alignment, head_splits), arch, config.num_threads,
                           config.smem_size)
         kernel = _kernels[key] = _Kernel(config, loaded.function(device_index))
     return kernel
 
 
-def call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int = 0) -> _Kernel:
+def call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int = 0,
+                head_splits: HeadSplits = NO_HEAD_SPLITS) -> _Kernel:
     """The kernel of a call with A and B (as in `build_plan`): the heuristic sees A's rows, expected_m for the
     kernels that walk groups, or the rows of one batch. Compile mode loads it without launching."""
     num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
     m = expected_m if has_group_row_ends(kind) else a.shape[0]
-    return _kernel(m, n, a.shape[-1], num_sms, a.device.index, arch, kind, num_groups, psum_alignment)
+    return _kernel(m, n, a.shape[-1], num_sms, a.device.index, arch, kind, num_groups, psum_alignment, head_splits)
 
 
-def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0, psum_alignment: int = 0):
+def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0, psum_alignment: int = 0,
+               head_splits: HeadSplits = NO_HEAD_SPLITS):
     """The `_C` plan of one layout, from kernel-ready tensors (A, SA, B, SB, out[, index]) with m, n, k > 0:
     SA MN-major and TMA-aligned, SB contiguous, A / B / out TMA operands, out n % 8 == 0.
 
@@ -149,7 +165,8 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     Masked: A [G, m_max, k], SA [G, m_max, kb], B / SB as above, out [G, m_max, n], index masked_m [G].
     Psum: as contiguous, index = the running row counts [G]; expected_m = expected rows per group.
     Batched: A [B, m, k], SA [B, m, kb] at any strides (gathered by the kernel), B / SB as grouped, out [B, m, n];
-    expected_m = m."""
+    expected_m = m.
+    Dense with `head_splits` (left, mid, right): out [m, n + n / (left + right) * mid] (its mid columns untouched)."""
     a, sa, b, sb, out = tensors[:5]
     k = a.shape[-1]
     kb = ceil_div(k, 128)
@@ -172,8 +189,10 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
         shape_m = rows
     b2 = b.view(num_groups * n, k)
     device_index = a.device.index
-    kernel = call_kernel(kind, a, b, num_sms, arch, expected_m, psum_alignment)
+    kernel = call_kernel(kind, a, b, num_sms, arch, expected_m, psum_alignment, head_splits)
     cfg = kernel.config
+    if cfg.a_box_rows and shape_m > cfg.a_box_rows:  # a forced config of fewer rows: the rest would be stale
+        raise ValueError(f"the configuration loads {cfg.a_box_rows} rows of A per stage, the call has {shape_m}")
     out_row_stride = checks.tma_row_stride(out2)
     params = ParamBuffer(PARAMS)
     a_map = ((k, rows), (checks.tma_row_stride(a2),), (128, cfg.a_box_rows or cfg.block_m), 128)
@@ -187,7 +206,8 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
                           l2_promotion=False)
     # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
     d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
-    params.tensor_map("tensor_map_d", 4, 2, (n, rows), (out_row_stride,), (d_box, 64), cfg.swizzle_d_bytes)
+    d_cols = out2.shape[-1] if head_splits != NO_HEAD_SPLITS else n
+    params.tensor_map("tensor_map_d", 4, 2, (d_cols, rows), (out_row_stride,), (d_box, 64), cfg.swizzle_d_bytes)
     params.pointer("sb", 3)
     params.u32("shape_m", shape_m)
     dense = kind == KernelType.NORMAL  # grouped_layout, num_groups, d, d_row_stride: unused by the dense GEMM
@@ -210,12 +230,24 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
 
 def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_sms: int, arch: str,
                    psum_alignment: int) -> List[jit.KernelSource]:
-    """The kernels calls of one warm-up shape of `variant` load (deep_gemm.warmup)."""
+    """The kernels calls of one warm-up shape of `variant` load (deep_gemm.warmup). skip_head_mid (n, k, left, mid,
+    right): the kernels of the rows in `ms`, or of every row count (the dense GEMM's m enumeration)."""
+    if variant == SKIP_HEAD_MID.name:
+        n, k = shape["n"], shape["k"]
+        splits = (shape["left"], shape["mid"], shape["right"])
+        row_counts = ms if ms is not None else variant_row_counts()
+        sources = {}
+        for m in row_counts:
+            config = kernel_config(m, n, k, num_sms, arch, KernelType.NORMAL, 1, splits)
+            source = kernel_source(n, k, config, KernelType.NORMAL, 0, splits)
+            sources.setdefault(source.instantiation(), source)
+        return list(sources.values())
     kind = KernelType(variant)
     groups = shape.get("num_groups", shape.get("num_batches", 1))
     return runtime_kernels(shape["n"], shape["k"], num_sms, arch, kind, ms, groups,
                            psum_alignment if kind == KernelType.M_GROUPED_PSUM else 0)
 
 
-FAMILY = Family(FAMILY_NAME, HEADER, FUNCTION, PARAMS, ("sm_90a",), (DENSE, CONTIGUOUS, MASKED, PSUM, BMM),
+FAMILY = Family(FAMILY_NAME, HEADER, FUNCTION, PARAMS, ("sm_90a",), (DENSE, CONTIGUOUS, MASKED, PSUM, BMM,
+                                                                     SKIP_HEAD_MID),
                 build_plan, clear_kernels, call_kernel, warmup_kernels, warmup_precompile)

@@ -54,6 +54,9 @@ class GemmProblem:
     arch: str = "sm_90a"
     kernel_type: KernelType = KernelType.NORMAL
     num_groups: int = 1
+    # > 0: every tile's columns must lie inside one run of this many (BLOCK_N divides it): a dense GEMM whose
+    # output columns are remapped in runs (fp8_gemm_nt_skip_head_mid's head parts).
+    n_segment: int = 0
 
     def __post_init__(self):
         for name in ("m", "n", "k"):
@@ -63,6 +66,8 @@ class GemmProblem:
             raise ValueError(f"GemmProblem.num_sms must be positive, got {self.num_sms}")
         if self.num_groups <= 0 or (self.kernel_type == KernelType.NORMAL and self.num_groups != 1):
             raise ValueError(f"GemmProblem.num_groups must be positive (1 for a dense GEMM), got {self.num_groups}")
+        if self.n_segment < 0 or (self.n_segment and (self.kernel_type != KernelType.NORMAL or self.n_segment % 16)):
+            raise ValueError(f"GemmProblem.n_segment must be 0 or a multiple of 16 (dense), got {self.n_segment}")
 
 
 @dataclass(frozen=True)

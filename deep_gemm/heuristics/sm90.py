@@ -145,16 +145,20 @@ def _block_ms(m: int, kind: KernelType) -> Tuple[int, ...]:
     return (64, 128, 256)
 
 
-def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL) -> Tuple[int, int, int]:
-    """(block_m, block_n, waves) for a dense or contiguous grouped GEMM of m rows."""
-    candidates = [(bm, bn) for bm in _block_ms(m, kind) for bn in BLOCK_NS if _legal_block(bm, bn)]
+def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
+                 n_segment: int = 0) -> Tuple[int, int, int]:
+    """(block_m, block_n, waves) for a dense or contiguous grouped GEMM of m rows (block_n dividing `n_segment`
+    where it is set: GemmProblem.n_segment)."""
+    candidates = [(bm, bn) for bm in _block_ms(m, kind) for bn in BLOCK_NS
+                  if _legal_block(bm, bn) and (n_segment == 0 or n_segment % bn == 0)]
     if m <= 128:
         # Memory-bound regime: spread the weights over as many SMs as possible (fewest waves, fullest last wave).
         bm, bn, waves = _fewest_waves(candidates, lambda bm_, bn_: ceil_div(m, bm_) * ceil_div(n, bn_), sms)
         # NOTES: with two 64-row blocks, one 128-row block per tile is faster where 64-wide tiles still cover most
         # SMs (H200: 128x7168x16384 40.0 us at 128x64 vs 48.2 at 64x112, 128x7168x2048 8.1 vs 8.9; no gain at
         # 128x4096x7168 and 100x4096x7168, a loss at 128x2112x7168).
-        if bm == 64 and m > 64 and kind == KernelType.NORMAL and ceil_div(n, 64) >= 0.75 * sms:
+        if bm == 64 and m > 64 and kind == KernelType.NORMAL and ceil_div(n, 64) >= 0.75 * sms and \
+                n_segment % 64 == 0:
             bn = 64
             waves = num_waves(ceil_div(n, bn), sms)
             bm = 128
@@ -321,14 +325,14 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
 
 
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
-               groups: int = 1) -> GemmConfig:
+               groups: int = 1, n_segment: int = 0) -> GemmConfig:
     masked = walks_groups(kind)
     if kind == KernelType.BATCHED:
         bm, bn, _ = _pick_batched_blocks(m, n, k, sms, groups)
     elif masked:
         bm, bn, _ = _pick_masked_blocks(m, n, k, sms, groups)
     else:
-        bm, bn, _ = _pick_blocks(m, n, k, sms, kind)
+        bm, bn, _ = _pick_blocks(m, n, k, sms, kind, n_segment)
     num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)
     if kind != KernelType.BATCHED:
         return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
@@ -360,18 +364,23 @@ def sm90_kernel_variants(n: int, k: int, num_sms: int,
     the two blocks that straddle a threshold, covers every m <= VARIANT_M_CAP.
     """
     seen = {}
-    for q in range(1, VARIANT_M_CAP // 64 + 1):
-        for m in ((64 * q - 63, 64 * q) if 64 * q in (MULTICAST_MIN_M, 4096) else (64 * q,)):
-            config = _heuristic(m, n, k, num_sms, kind)
-            seen.setdefault(kernel_key(config), config)
+    for m in variant_row_counts():
+        config = _heuristic(m, n, k, num_sms, kind)
+        seen.setdefault(kernel_key(config), config)
     return tuple(seen.values())
+
+
+def variant_row_counts() -> Tuple[int, ...]:
+    """Row counts that reach every choice the dense heuristic makes for m <= VARIANT_M_CAP (sm90_kernel_variants)."""
+    return tuple(m for q in range(1, VARIANT_M_CAP // 64 + 1)
+                 for m in ((64 * q - 63, 64 * q) if 64 * q in (MULTICAST_MIN_M, 4096) else (64 * q,)))
 
 
 @functools.lru_cache(maxsize=4096)
 def get_sm90_config(problem: GemmProblem) -> GemmConfig:
     m, n, k, sms, kind = problem.m, problem.n, problem.k, problem.num_sms, problem.kernel_type
-    config = _heuristic(m, n, k, sms, kind, problem.num_groups)
-    if m <= VARIANT_M_CAP or has_group_row_ends(kind):
+    config = _heuristic(m, n, k, sms, kind, problem.num_groups, problem.n_segment)
+    if m <= VARIANT_M_CAP or has_group_row_ends(kind) or problem.n_segment:
         return config
     variants = sm90_kernel_variants(n, k, sms, kind)
     if kernel_key(config) in {kernel_key(v) for v in variants}:

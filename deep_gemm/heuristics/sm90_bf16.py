@@ -190,6 +190,8 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
         raise ValueError(f"multicast of {'A' if multicast_on_a else 'B'} needs a dense GEMM whose "
                          f"{'N' if multicast_on_a else 'M'} blocks pair up, B shared by contiguous / masked pairs, "
                          f"or A by a batched GEMM's N block pairs ({m}x{n}, {block_m}x{block_n})")
+    if num_multicast == 2 and num_sms < 2:
+        raise ValueError("multicast needs at least 2 SMs (a 2-CTA cluster)")
     tiles = groups * ceil_div(m, block_m) * ceil_div(n, block_n)
     if num_multicast == 2:
         grid = min(num_sms // 2 * 2, min_sms_for_waves(tiles, num_waves(tiles, num_sms), 2))

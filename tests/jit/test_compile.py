@@ -209,3 +209,23 @@ def test_contiguous_rejects_256_row_tiles_at_compile_time():
     wide = hand_config(4096, n, k, 256, 128, 1, True)
     with pytest.raises(CompileError, match="128-row expert segments"):
         NVRTCCompiler().compile(kernel_source(n, k, wide, kind).code(), ARCH)
+
+
+def test_head_split_kernel_compiles_and_refuses_tiles_across_parts():
+    """fp8_gemm_nt_skip_head_mid's kernel (DeepGEMM test_attention's head splits (128, 64, 128)): the heuristic's
+    tile divides both head parts; a tile that would cross a part boundary fails to compile."""
+    from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_config
+    from deep_gemm.heuristics import KernelType
+    splits = (128, 64, 128)
+    for m in (128, 4096):
+        config = kernel_config(m, 32768, 512, 132, ARCH, KernelType.NORMAL, 1, splits)
+        assert 128 % config.block_n == 0 and config.cluster_k_splits == 1, config
+    source = kernel_source(32768, 512, config, KernelType.NORMAL, 0, splits)
+    assert source.name.endswith("_skip_head_mid")
+    result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True)
+    check_cubin(result.cubin)
+    check_ptx(result.ptx, config)
+    assert "cp.async.bulk.tensor" in result.ptx and "bulk_group" in result.ptx
+    across = hand_config(4096, 32768, 512, 128, 96, 1, True)
+    with pytest.raises(CompileError, match="head splits"):
+        NVRTCCompiler().compile(kernel_source(32768, 512, across, KernelType.NORMAL, 0, splits).code(), ARCH)

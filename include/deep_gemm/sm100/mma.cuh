@@ -71,8 +71,14 @@ __device__ __forceinline__ void tcgen05_after_thread_sync() {
 // = 1 (sm100 descriptors; sm90's have none); [49, 52) base offset 0 (1024-byte aligned tiles); bit 52 LBO mode 0;
 // [61, 64) layout: 2 = 128-byte swizzle (sm90 encodes the same swizzle as 1 in bits [62, 64): the encodings differ).
 // Moving to the next 32-wide K slice adds 32 B to the start address, as on sm90.
+// NOTES: masked to the field's 14 bits: in a cluster launch a CTA's shared-window address carries its cluster rank in
+// high bits (on sm90 they spilled into an MN-major descriptor's leading byte offset; see sm90/mma.cuh).
+__device__ __forceinline__ uint32_t desc_start_address(uint32_t smem_addr) {
+    return (smem_addr >> 4) & ((1u << 14) - 1);
+}
+
 __device__ __forceinline__ uint32_t kmajor_sw128_desc_lo(uint32_t smem_addr) {
-    return smem_addr >> 4;  // shared addresses stay below 2^18, so the 14-bit field needs no mask
+    return desc_start_address(smem_addr);
 }
 
 __device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t desc_lo) {
@@ -92,7 +98,7 @@ __device__ __forceinline__ uint64_t scale_copy_desc(uint32_t smem_addr) {
     constexpr uint32_t kVersion = 1;
     constexpr uint32_t kHi = kStrideByteOffset | (kVersion << (46 - 32));  // layout 0: no swizzle
     uint64_t desc;
-    asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(smem_addr >> 4), "n"(kHi));
+    asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(desc_start_address(smem_addr)), "n"(kHi));
     return desc;
 }
 

@@ -109,6 +109,8 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                          (Config::kLoadRowsA == BLOCK_M or
                           (kGemmType == GemmType::Normal and not Config::kMNMajorA and Config::kNumMulticast == 1)),
                      "fewer A rows per stage: dense, K-major A, unshared, whole 8-row swizzle atoms");
+    DG_STATIC_ASSERT(not Shell::kMulticastA or ceil_div(SHAPE_N, BLOCK_N) % 2 == 0,
+                     "A multicast pairs N blocks: their count must be even (the host picks it only then)");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and Config::kNumMulticast == 1),
                      "cluster K splits: dense GEMMs without multicast");
     DG_STATIC_ASSERT(not kContiguous or BLOCK_M <= 128, "contiguous tiles must not span two 128-row segments");

@@ -58,6 +58,18 @@ struct FP8GemmOutput {
     uint8_t* d;
     uint32_t d_row_stride;
 
+    // D's column of GEMM column n (a tile's first): with head splits (Config::kHeadSplitLeft / Mid / Right), every
+    // head's left + right GEMM columns land as left | mid columns left unwritten | right (DeepGEMM's
+    // fp8_gemm_nt_skip_head_mid); a tile lies inside one part (BLOCK_N divides left and right).
+    __device__ __forceinline__ static uint32_t d_column(uint32_t n) {
+        constexpr uint32_t kLeft = Config::kHeadSplitLeft, kMid = Config::kHeadSplitMid;
+        constexpr uint32_t kHead = kLeft + Config::kHeadSplitRight;
+        if constexpr (kHead == 0)
+            return n;
+        else
+            return n + (n / kHead) * kMid + (n % kHead >= kLeft ? kMid : 0);
+    }
+
     // Contiguous layout: the experts of this thread's rows (lane_row and lane_row + 8 of its warp, per sub-tile);
     // rows of another expert (padding -1, or an index that breaks the layout) are written as zeros.
     // NOTES: loaded before the K loop and compared only in the epilogue, so that the load latency hides behind the K
@@ -122,7 +134,8 @@ struct FP8GemmOutput {
                 } else if (is_leader) {
                     #pragma unroll
                     for (uint32_t s = 0; s < kNumSubTiles; ++s)
-                        Epilogue::store_rows(tensor_map_d, smem_d, wg.sub_tile_row(s), tile.row_base, n_start);
+                        Epilogue::store_rows(tensor_map_d, smem_d, wg.sub_tile_row(s), tile.row_base,
+                                             d_column(n_start));
                     tma_store_commit();
                 }
             });
@@ -136,10 +149,11 @@ struct FP8GemmOutput {
 // so the caller's row-major per-token scales need no conversion; and SB's one or two values of the K block, so
 // that no tile waits for its SB on a global load: with short K loops that load's latency was exposed per tile),
 // kLoadRowsA (rows of A each stage loads: BLOCK_M, or fewer when no group has more rows (batched GEMMs with
-// m < BLOCK_M, dense ones without multicast); the rest of the stage's A tile keeps stale data, which only reaches rows the epilogue does not
-// write), kOneMBlock (batched GEMMs with m <= BLOCK_M: one M block per batch, a tile walk without run-time
+// m < BLOCK_M, dense ones without multicast); the rest of the stage's A tile keeps stale data, which only reaches
+// rows the epilogue does not write), kOneMBlock (batched GEMMs with m <= BLOCK_M: one M block per batch, a tile walk without run-time
 // divisions; TileScheduler), kClusterSplitsK (1, or 2-8 CTAs of a cluster cutting a dense tile's K; the launch's
-// cluster size).
+// cluster size), kHeadSplitLeft / kHeadSplitMid / kHeadSplitRight (0, or a dense GEMM's head splits:
+// FP8GemmOutput::d_column; D is [m, n + n / (left + right) * mid]).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
@@ -209,6 +223,14 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                                                               kClusterSplits>()),
                      "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
+    DG_STATIC_ASSERT(not Shell::kMulticastA or ceil_div(SHAPE_N, BLOCK_N) % 2 == 0,
+                     "A multicast pairs N blocks: their count must be even (the host picks it only then)");
+    DG_STATIC_ASSERT(Config::kHeadSplitLeft + Config::kHeadSplitRight == 0 or
+                         (kGemmType == GemmType::Normal and not kSplitsInCluster and Config::kHeadSplitLeft > 0 and
+                          Config::kHeadSplitRight > 0 and Config::kHeadSplitLeft % BLOCK_N == 0 and
+                          Config::kHeadSplitRight % BLOCK_N == 0 and SHAPE_N % (Config::kHeadSplitLeft +
+                                                                             Config::kHeadSplitRight) == 0),
+                     "head splits: a dense GEMM stored by TMA whose tiles lie inside one head part");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and kNumMulticast == 1 and
                                               kNumKBlocks % kClusterSplits == 0),
                      "cluster K splits: dense GEMMs without multicast, the split count dividing the K blocks");
