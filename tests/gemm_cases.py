@@ -245,21 +245,26 @@ def sample_dense(rng: random.Random) -> dict:
     return dict(m=_cap_rows(draw_rows(rng, 16384), n * k, k), n=n, k=k)
 
 
-def build_dense(p: dict, device, seed: int) -> Case:
-    m, n, k = p["m"], p["n"], p["k"]
+def dense_operands(m: int, n: int, k: int, device, seed: int):
+    """A (per-token) and B (per-block) of a dense FP8 GEMM: ((A, SA), (B, SB)) with 16-byte row strides, the
+    dequantised FP32 reference and the BF16 one."""
     gen = _gen(device, seed)
     a8, sa, a_deq, a = quant_rows(m, k, gen, device)
     b = torch.randn((n, k), device=device, generator=gen).to(torch.bfloat16)
     b8, sb = deep_gemm.per_block_cast_to_fp8(b)
     ref = a_deq @ dequant_per_block(b8, sb).t()
-    ref_bf16 = a.float() @ b.float().t()
+    return (padded_rows(a8), sa), (padded_rows(b8), sb), ref, a.float() @ b.float().t()
+
+
+def build_dense(p: dict, device, seed: int) -> Case:
+    m, n, k = p["m"], p["n"], p["k"]
+    lhs, rhs, ref, ref_bf16 = dense_operands(m, n, k, device, seed)
     g = Guarded((m, n), torch.bfloat16, device)
 
     def checker(case: Case) -> None:
         _assert_close([(case.out, ref, ref_bf16)], case.desc)
 
-    return Case("gemm_fp8_fp8_bf16_nt", f"dense m={m} n={n} k={k}",
-                ((padded_rows(a8), sa), (padded_rows(b8), sb), g.out), g, checker, dict(ref=ref))
+    return Case("gemm_fp8_fp8_bf16_nt", f"dense m={m} n={n} k={k}", (lhs, rhs, g.out), g, checker, dict(ref=ref))
 
 
 # ---- m_grouped_gemm_fp8_fp8_bf16_nt_contiguous
@@ -898,12 +903,7 @@ def build_skip_head_mid(p: dict, device, seed: int) -> Case:
     """p: m, heads, left, mid, right, k; B [heads * (left + right), k]; the middles must stay poisoned."""
     m, heads, left, mid, right, k = p["m"], p["heads"], p["left"], p["mid"], p["right"], p["k"]
     n = heads * (left + right)
-    gen = _gen(device, seed)
-    a8, sa, a_deq, a = quant_rows(m, k, gen, device)
-    b = torch.randn((n, k), device=device, generator=gen).to(torch.bfloat16)
-    b8, sb = deep_gemm.per_block_cast_to_fp8(b)
-    ref = a_deq @ dequant_per_block(b8, sb).t()
-    ref_bf16 = a.float() @ b.float().t()
+    lhs, rhs, ref, ref_bf16 = dense_operands(m, n, k, device, seed)
     g = Guarded((m, n + heads * mid), torch.bfloat16, device)
     written, skipped = head_split_columns(heads, left, mid, right, device)
 
@@ -915,7 +915,7 @@ def build_skip_head_mid(p: dict, device, seed: int) -> Case:
         g.out[:, written] = ref.to(torch.bfloat16)
 
     return Case("fp8_gemm_nt_skip_head_mid", f"skip_head_mid m={m} heads={heads} ({left}, {mid}, {right}) k={k}",
-                ((padded_rows(a8), sa), (padded_rows(b8), sb), g.out, (left, mid, right)), g, checker,
+                (lhs, rhs, g.out, (left, mid, right)), g, checker,
                 dict(ref=ref, simulate=simulate))
 
 
