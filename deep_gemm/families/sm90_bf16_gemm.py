@@ -41,7 +41,9 @@ class KernelKind:
     accumulate: bool
     gemm_type: KernelType = KernelType.NORMAL
     psum_alignment: int = 0
-    batch_splits_k: bool = False  # batched: K splits of a sum over batches (else one GEMM per head)
+    # K splits of a sum over batches: batched, into partial sums (else one GEMM per head); dense, cut over the
+    # clusters of a launch with cluster K splits, into d itself (the sum in one kernel).
+    batch_splits_k: bool = False
 
     @property
     def out_bytes(self) -> int:
@@ -72,7 +74,13 @@ def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 
     masked or psum one, the rows of one batch); its source is `kernel_source(n, config, kind)`. `groups`: the groups
     of a masked or psum call, the heads of a batched one or its K splits; `k`: see heuristic_k."""
     if kind.batch_splits_k:
-        return get_forced_config() or get_bf16_ksplit_config(m, n, num_sms, groups)
+        forced = get_forced_config()
+        if kind.gemm_type == KernelType.NORMAL:  # the sum in one launch, over clusters (not picked by a heuristic yet)
+            if forced is None or forced.cluster_k_splits < 2:
+                raise ValueError("the sum over batches in clusters runs only under a forced configuration with "
+                                 "cluster_k_splits > 1")
+            return forced
+        return forced or get_bf16_ksplit_config(m, n, num_sms, groups)
     return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes, kind.gemm_type,
                                                   groups, heuristic_k(m, k, kind), kind.mn_major_a)
 
@@ -132,7 +140,7 @@ class Operands:
 def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: str):
     """The `_C` plan of D (+)= A B^T: one launch."""
     groups_for_heuristic = ops.num_groups if ops.kind.gemm_type != KernelType.M_GROUPED_CONTIGUOUS else 1
-    batched = ops.kind.gemm_type == KernelType.BATCHED
+    batched = ops.kind.gemm_type == KernelType.BATCHED or ops.kind.batch_splits_k  # D as [G, m, n]
     kernel = _kernel(ops.hint_m or ops.m, ops.n, ops.kind, num_sms, device_index, arch, groups_for_heuristic, ops.k)
     cfg, kind = kernel.config, ops.kind
     if cfg.a_box_rows and ops.rows > cfg.a_box_rows:  # a forced config of fewer rows: the rest would be stale
@@ -275,7 +283,7 @@ class BF16Layout:
 
     def _operands(self, a, b, d) -> Operands:
         rows = self.rows or self.m
-        if self.kind.gemm_type == KernelType.BATCHED:
+        if self.kind.gemm_type == KernelType.BATCHED or self.kind.batch_splits_k:
             return self._batched_operands(a, b, d)
         if self.grouped:
             _, a_stride = operand_layout(checks.rows_view(a, "a"), "a", "m")
@@ -495,11 +503,13 @@ def normalise_heads(a, b, d) -> BF16Layout:
     return _layout(device, m, n, k, kind, (a, b, d), nothing, num_groups=heads)
 
 
-def normalise_k_splits(a, b, d) -> BF16Layout:
+def normalise_k_splits(a, b, d, in_clusters: bool = False, accumulate: bool = False) -> BF16Layout:
     """Every layout check of the K-split sum over batches (einsum `bmk,bnk->mn`): d[g] = the FP32 sum of
     a[s] @ b[s]^T over split g of the walk over (s, K block) in order (contiguous ranges, the first ones a block
     longer), for d [splits, m, n] FP32 contiguous; a [S, m, k], b [S, n, k] K-major with their batches stacked
-    uniformly. Every split gets at least one K block (splits <= the blocks); the caller adds the splits up."""
+    uniformly. Every split gets at least one K block (splits <= the blocks); the caller adds the splits up.
+    `in_clusters`: d [1, m, n] receives the whole sum from one launch whose clusters cut the walk (added to d with
+    `accumulate`); a forced configuration only, so far (kernel_choice)."""
     _batched_inputs(a, b, "batches")
     batches, m, k = a.shape
     n = b.shape[1]
@@ -520,8 +530,11 @@ def normalise_k_splits(a, b, d) -> BF16Layout:
             raise ValueError("d (the split partial sums) must be contiguous")
         if n % 4:
             raise ValueError(f"n = {n}: a float32 d needs n to be a multiple of 4 (TMA writes whole 16-byte chunks)")
-    kind = KernelKind(False, False, True, False, KernelType.BATCHED, batch_splits_k=True)
-    # No batches sums nothing: like k = 0, the partial sums are zeros.
+    if in_clusters and splits != 1:
+        raise ValueError(f"d must be [1, m, n] for the sum in clusters, got {splits} splits")
+    kind = KernelKind(False, False, True, accumulate, KernelType.NORMAL if in_clusters else KernelType.BATCHED,
+                      batch_splits_k=True)
+    # No batches sums nothing: like k = 0, the partial sums are zeros (or d is left as it is, accumulating).
     return _layout(device, m, n, k if batches else 0, kind, (a, b, d), nothing, num_groups=max(splits, 1),
                    batches=batches, rows=batches * m)
 
@@ -574,10 +587,13 @@ BF16_CONTIGUOUS = Variant("bf16_contiguous", "m_grouped_bf16_gemm_nt_contiguous"
 BF16_MASKED = Variant("bf16_masked", "m_grouped_bf16_gemm_nt_masked", (TENSOR, TENSOR, TENSOR, TENSOR, INT),
                       normalise_masked, warmup_fields=("m", "n", "num_groups"))
 def normalise_einsum(a, b, d, k_splits) -> BF16Layout:
-    """The einsums' two batched forms (deep_gemm/ops/einsum.py): `k_splits` 0 is one GEMM per head
-    (`normalise_heads`), 1 the K splits of a sum over batches into partial sums (`normalise_k_splits`)."""
-    if k_splits not in (0, 1):
-        raise ValueError(f"k_splits must be 0 (per-head GEMMs) or 1 (K splits), got {k_splits}")
+    """The einsums' batched forms (deep_gemm/ops/einsum.py): `k_splits` 0 is one GEMM per head
+    (`normalise_heads`), 1 the K splits of a sum over batches into partial sums (`normalise_k_splits`), 2 / 3 that
+    sum in one launch over clusters into d [1, m, n] (3: added to d)."""
+    if k_splits not in (0, 1, 2, 3):
+        raise ValueError(f"k_splits must be 0 (per-head GEMMs), 1 (K splits) or 2 / 3 (in clusters), got {k_splits}")
+    if k_splits >= 2:
+        return normalise_k_splits(a, b, d, in_clusters=True, accumulate=k_splits == 3)
     return normalise_k_splits(a, b, d) if k_splits else normalise_heads(a, b, d)
 
 

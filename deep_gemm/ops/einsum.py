@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 import torch
 
 from ..families import checks
+from ..heuristics.common import get_forced_config
 from ..utils.math import ceil_div
 from ..runtime import Op, call, k_split_count
 from .bmm import bmm_fp8_fp8_bf16_nt
@@ -74,6 +75,14 @@ def _sum_over_batches(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Opti
     if c is not None and (not isinstance(c, torch.Tensor) or c.dtype != d.dtype or c.shape != d.shape):
         raise ValueError(f"c must be None or a tensor of d's dtype and shape ({d.dtype}, {tuple(d.shape)})")
     checks.check_same_cuda_device([("a", a), ("b", b), ("d", d)])
+    forced = get_forced_config()
+    in_place = c is None or (c.data_ptr() == d.data_ptr() and c.stride() == d.stride())
+    if not use_cublaslt and forced is not None and forced.cluster_k_splits > 1 and d.dtype == torch.float32 and \
+            in_place and d.is_contiguous():
+        # The sum in one kernel, its clusters cutting the walk over (s, K block): forced configurations only until
+        # measured (deep_gemm.testing.forced_config).
+        call(_EINSUM, a, b, d.unsqueeze(0), 3 if c is not None else 2)
+        return
     if use_cublaslt:
         total = torch.einsum("bmk,bnk->mn", a.float(), b.float())
     else:

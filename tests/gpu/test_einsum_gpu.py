@@ -54,6 +54,38 @@ def test_bmk_bnk_mn(s, mnk, dtype):
     assert torch.equal(first, g.bits())
 
 
+# The sum over batches in one launch whose clusters cut the (batch, K block) walk (forced: the heuristic does not pick
+# it yet): FP32 d written or accumulated, ragged m / n / k, more splits than K blocks (s = 1, k = 64), bitwise reruns.
+@pytest.mark.parametrize("s,mnk", [(129, (128, 384, 128)), (129, (256, 256, 256)), (3, (200, 72, 136)),
+                                   (1, (64, 64, 64)), (129, (384, 128, 384))], ids=lambda v: str(v))
+@pytest.mark.parametrize("splits", [2, 8])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_bmk_bnk_mn_in_clusters(s, mnk, splits, accumulate):
+    from deep_gemm.heuristics.sm90_bf16 import build_bf16_config
+    from deep_gemm.testing import forced_config
+    m, n, k = mnk
+    gen = torch.Generator(device="cuda").manual_seed(s + m + splits)
+    a, b = _randn((s, m, k), gen), _randn((s, n, k), gen)
+    g = Guarded((m, n), torch.float32, "cuda")
+    ref = _sum_over_batches_ref(a, b)
+    init = torch.randn((m, n), device="cuda", generator=gen)
+    if accumulate:
+        g.set_initial(init)
+        ref = ref + init
+    config = build_bf16_config(m, n, 128, 128 if n >= 128 else 64, deep_gemm.get_num_sms(), 4,
+                               cluster_k_splits=splits)
+    with forced_config(config):
+        deep_gemm.einsum("bmk,bnk->mn", a, b, g.out, g.out if accumulate else None)
+        torch.cuda.synchronize()
+        g.check_guards()
+        assert calc_diff(g.out, ref) < 1e-5
+        first = g.bits()
+        g.reset()
+        deep_gemm.einsum("bmk,bnk->mn", a, b, g.out, g.out if accumulate else None)
+        torch.cuda.synchronize()
+        assert torch.equal(first, g.bits()), "not bitwise reproducible"
+
+
 def test_bmk_bnk_mn_other_c_and_graph():
     gen = torch.Generator(device="cuda").manual_seed(5)
     a, b = _randn((129, 128, 128), gen), _randn((129, 384, 128), gen)

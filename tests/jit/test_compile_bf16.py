@@ -20,11 +20,14 @@ ARCH = "sm_90a"
 def _kind(name: str) -> KernelKind:
     """nt / nn / tn / tt (DeepGEMM's names: a's then b's layout, n = K-major for a, t = MN-major for a; for b,
     t = K-major ([n, k]) and n = MN-major ([k, n])), plus the output: bf16, fp32, or +acc (accumulate into d);
-    then "heads" (the einsums' per-head batched GEMM) or "ksplits" (the K splits of a sum over batches)."""
+    then "heads" (the einsums' per-head batched GEMM), "ksplits" (the K splits of a sum over batches) or
+    "clustersum" (that sum in one launch over clusters)."""
     layout, out, form = name.split("-")[:3]
     kind = KernelKind(layout[0] == "t", layout[1] == "n", out.startswith("fp32"), out.endswith("+acc"))
     if form in ("heads", "ksplits"):
         kind = dataclasses.replace(kind, gemm_type=KernelType.BATCHED, batch_splits_k=form == "ksplits")
+    if form == "clustersum":  # the sum over batches in one dense launch whose clusters cut the walk
+        kind = dataclasses.replace(kind, batch_splits_k=True)
     if form in ("contiguous", "masked"):
         kind = dataclasses.replace(kind, gemm_type=KernelType.M_GROUPED_CONTIGUOUS if form == "contiguous"
                                    else KernelType.M_GROUPED_MASKED)
@@ -43,6 +46,8 @@ CONFIGS = {
     "nt-bf16-heads-4096x512": (4096, 512, None),   # einsum bhr,hdr->bhd (h = 8, r = 4096, d = 512)
     "nn-bf16-heads-128x512": (128, 512, None),     # einsum bhd,hdr->bhr: each head's B MN-major
     "nt-fp32-ksplits-128x384": (128, 384, None),   # einsum bmk,bnk->mn
+    "nt-fp32+acc-clustersum-128x384-ks8": (128, 384, build_bf16_config(128, 384, 128, 128, 132, 4,
+                                                                       cluster_k_splits=8)),  # (forced only)
     # Cluster K splits: the heuristic's decode picks, and forced corners (FP32 accumulate, MN-major, 2 M blocks).
     "nt-bf16-1x2112": (1, 2112, None),
     "nt-bf16-4096x2112": (4096, 2112, None),   # B shared over 2-CTA clusters

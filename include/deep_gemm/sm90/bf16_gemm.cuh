@@ -15,6 +15,8 @@
 //    the S * ceil(k / 64) K blocks of that sum are walked in `num_groups` contiguous splits (KSplits,
 //    common/scheduler.cuh), split g writing its FP32 partial sum to D [g][m][n] (the caller adds the splits up in a
 //    fixed order: deterministic).
+// The sum over batches may also run as one dense launch whose clusters cut the (batch, K block) walk (kBatchSplitsK
+// with kClusterSplitsK > 1, D [m, n] FP32): no partial sums outside the kernel, deterministic.
 // Dense decode-sized GEMMs (too few output tiles to occupy every SM) may cut K over a cluster instead
 // (Config::kClusterSplitsK = S > 1): the S CTAs of a cluster take the same tile, each one contiguous K range, and add
 // their partial tiles up in shared memory (ClusterSplitEpilogue, epilogue.cuh), in split order. With fewer rows than
@@ -72,6 +74,10 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     constexpr bool kKSplits = kBatched and Config::kBatchSplitsK;
     constexpr uint32_t kClusterSplits = Config::kClusterSplitsK;
     constexpr bool kSplitsInCluster = kClusterSplits > 1;
+    // The sum over batches in one kernel (dense type, kBatchSplitsK, cluster K splits): the CTAs of a tile's cluster
+    // cut the flattened walk over (batch, K block) and add their partial tiles up in order (ClusterSplitEpilogue).
+    constexpr bool kClusterBatchSum = Config::kBatchSplitsK and kSplitsInCluster;
+    constexpr bool kWalksBatches = kKSplits or kClusterBatchSum;
     using Operands = BF16Operands<Config::kMNMajorA, Config::kMNMajorB>;
     using TileEpilogue =
         WarpgroupTileEpilogue<BLOCK_N, Config::kSwizzleDBytes, Config::kOutputFP32, Config::kAccumulate>;
@@ -102,8 +108,10 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                      "multicast: dense, B shared by contiguous / masked pairs, or A shared by a head's N block pairs");
     DG_STATIC_ASSERT(not Config::kOutputFP32 or kGemmType == GemmType::Normal or kBatched,
                      "grouped BF16 GEMMs write BF16 D");
-    DG_STATIC_ASSERT(not Config::kBatchSplitsK or (kBatched and Config::kOutputFP32 and not Config::kMNMajorB),
-                     "K splits are batched, K-major and write FP32 partial sums");
+    DG_STATIC_ASSERT(not Config::kBatchSplitsK or ((kBatched or kClusterBatchSum) and Config::kOutputFP32 and
+                                                   not Config::kMNMajorA and not Config::kMNMajorB),
+                     "K splits of a sum over batches: batched (FP32 partial sums) or one cluster per tile (dense), "
+                     "K-major, FP32 d");
     DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
     DG_STATIC_ASSERT(Config::kLoadRowsA % 8 == 0 and Config::kLoadRowsA <= BLOCK_M and
                          (Config::kLoadRowsA == BLOCK_M or
@@ -156,9 +164,10 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                 ops.first_k_block = splits.first(cluster_split);
             if constexpr (kBatched and not kKSplits)
                 ops.a_k_offset = static_cast<int32_t>(tile.group * shape_k);
-            if constexpr (kKSplits) {
-                // The split's first K block, as (batch, K block inside it); the walk then wraps batch by batch.
-                const uint32_t first = splits.first(tile.group);
+            if constexpr (kWalksBatches) {
+                // The split's first K block, as (batch, K block inside it); the walk then wraps batch by batch. (A
+                // cluster split without a block starts past the last batch: TMA reads zeros.)
+                const uint32_t first = splits.first(kKSplits ? tile.group : cluster_split);
                 const uint32_t batch = first / k_blocks_per_batch;
                 ops.first_k_block = first - batch * k_blocks_per_batch;
                 ops.m_idx += static_cast<int32_t>(batch * shape_m);
@@ -172,7 +181,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
             ops.peer_shares_b = not kPairMayDiffer or tile.pair_shares_b;
             return ops;
         };
-        shell.template produce<kStageTxBytes, kKSplits>(make_scheduler, operands, NoPromotion::Producer{});
+        shell.template produce<kStageTxBytes, kWalksBatches>(make_scheduler, operands, NoPromotion::Producer{});
     } else {
         const auto wg = shell.math_warpgroup();
         float accum[kNumSubTiles][kNumAccum];
