@@ -79,20 +79,23 @@ def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelT
 
 
 def runtime_kernels(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL,
-                    ms: Optional[Iterable[int]] = None, num_groups: int = 1,
-                    psum_alignment: int = 0) -> List[jit.KernelSource]:
+                    ms: Optional[Iterable[int]] = None, num_groups: int = 1, psum_alignment: int = 0,
+                    head_splits: HeadSplits = NO_HEAD_SPLITS) -> List[jit.KernelSource]:
     """The distinct kernels calls of (kind, n, k) load, for heuristic m in `ms` (as `kernel_config`); `ms=None`:
     every kernel any m can pick, which is also what the first-sight precompile builds (dense and contiguous only:
-    a masked, psum or batched kernel depends on the rows per group and the group count)."""
+    a masked, psum or batched kernel depends on the rows per group and the group count; head-split GEMMs walk the
+    dense GEMM's row counts)."""
+    if ms is None and head_splits != NO_HEAD_SPLITS:
+        ms = variant_row_counts()
     if ms is None:
         if has_group_row_ends(kind):
             raise ValueError(f"the {kind.value} kernels depend on expected_m: give the expected m values")
         configs = sm90_kernel_variants(n, k, num_sms, kind)
     else:
-        configs = [kernel_config(m, n, k, num_sms, arch, kind, num_groups) for m in ms]
+        configs = [kernel_config(m, n, k, num_sms, arch, kind, num_groups, head_splits) for m in ms]
     sources = {}
     for config in configs:
-        source = kernel_source(n, k, config, kind, psum_alignment)
+        source = kernel_source(n, k, config, kind, psum_alignment, head_splits)
         sources.setdefault(source.instantiation(), source)
     return list(sources.values())
 
@@ -233,15 +236,8 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
     """The kernels calls of one warm-up shape of `variant` load (deep_gemm.warmup). skip_head_mid (n, k, left, mid,
     right): the kernels of the rows in `ms`, or of every row count (the dense GEMM's m enumeration)."""
     if variant == SKIP_HEAD_MID.name:
-        n, k = shape["n"], shape["k"]
-        splits = (shape["left"], shape["mid"], shape["right"])
-        row_counts = ms if ms is not None else variant_row_counts()
-        sources = {}
-        for m in row_counts:
-            config = kernel_config(m, n, k, num_sms, arch, KernelType.NORMAL, 1, splits)
-            source = kernel_source(n, k, config, KernelType.NORMAL, 0, splits)
-            sources.setdefault(source.instantiation(), source)
-        return list(sources.values())
+        return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.NORMAL, ms,
+                               head_splits=(shape["left"], shape["mid"], shape["right"]))
     kind = KernelType(variant)
     groups = shape.get("num_groups", shape.get("num_batches", 1))
     return runtime_kernels(shape["n"], shape["k"], num_sms, arch, kind, ms, groups,

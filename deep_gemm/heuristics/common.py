@@ -83,9 +83,9 @@ class GemmConfig:
     num_sms: int            # persistent grid size
     smem_size: int
     num_threads: int
-    # The rows of A each stage loads when the call has fewer than block_m (m rounded up to 8; the rest of the stage's
-    # A tile is never loaded and only feeds rows the epilogue does not write): the FP8 batched GEMM with m <= block_m
-    # (its tile walk then knows there is one M block: kOneMBlock) and the dense BF16 GEMM; 0: block_m rows.
+    # The rows of A each stage loads when the call has fewer than block_m (the rest of the stage's A tile is never
+    # loaded and only feeds rows the epilogue does not write): the FP8 batched GEMM with m <= block_m (m rounded up
+    # to 8; its tile walk then knows there is one M block: kOneMBlock), dense calls (a_rows_per_stage); 0: block_m.
     a_box_rows: int = 0
     # CTAs of a cluster that take one output tile together, each one contiguous range of K, and add their partial
     # tiles up in shared memory (the BF16 GEMM's dense decode sizes); 1: none.

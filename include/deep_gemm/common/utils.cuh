@@ -69,6 +69,14 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
+// The 14-bit start-address field (address >> 4) of a shared-memory matrix descriptor (sm90 WGMMA, sm100 UMMA).
+// NOTES: masked: in a cluster launch a CTA's shared-window address carries its cluster rank in high bits, which
+// unmasked spill into the leading byte offset (ignored by K-major descriptors, not by MN-major ones: an H100 read an
+// MN-major B's second and later column chunks from the wrong place in cluster rank 1 only).
+__device__ __forceinline__ uint32_t desc_start_address(uint32_t smem_addr) {
+    return (smem_addr >> 4) & ((1u << 14) - 1);
+}
+
 // Loads from a 32-bit shared-state-space address (hot loops compute it once and advance it by offsets).
 __device__ __forceinline__ float ld_shared_f32(uint32_t smem_addr) {
     float v;

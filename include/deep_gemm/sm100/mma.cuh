@@ -71,12 +71,6 @@ __device__ __forceinline__ void tcgen05_after_thread_sync() {
 // = 1 (sm100 descriptors; sm90's have none); [49, 52) base offset 0 (1024-byte aligned tiles); bit 52 LBO mode 0;
 // [61, 64) layout: 2 = 128-byte swizzle (sm90 encodes the same swizzle as 1 in bits [62, 64): the encodings differ).
 // Moving to the next 32-wide K slice adds 32 B to the start address, as on sm90.
-// NOTES: masked to the field's 14 bits: in a cluster launch a CTA's shared-window address carries its cluster rank in
-// high bits (on sm90 they spilled into an MN-major descriptor's leading byte offset; see sm90/mma.cuh).
-__device__ __forceinline__ uint32_t desc_start_address(uint32_t smem_addr) {
-    return (smem_addr >> 4) & ((1u << 14) - 1);
-}
-
 __device__ __forceinline__ uint32_t kmajor_sw128_desc_lo(uint32_t smem_addr) {
     return desc_start_address(smem_addr);
 }

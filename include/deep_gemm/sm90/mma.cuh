@@ -18,13 +18,6 @@ namespace deep_gemm::sm90 {
 // tile's first stage (kmajor_sw128_desc_lo of a warp-uniform 32-bit shared address) and add compile-time or
 // uniform offsets per WGMMA. Rebuilding the descriptor from a pointer per WGMMA cost ~55 vector-ALU instructions
 // and 16 R2UR per K block on the math warps' critical path (64-bit arithmetic under NVRTC).
-// NOTES: the mask matters in a cluster launch: there a CTA's shared-window address carries its cluster rank in high
-// bits, which unmasked spill into the leading byte offset (ignored by the K-major form, but not by the MN-major one:
-// an H100 read an MN-major B's second and later column chunks from the wrong place in cluster rank 1 only).
-__device__ __forceinline__ uint32_t desc_start_address(uint32_t smem_addr) {
-    return (smem_addr >> 4) & ((1u << 14) - 1);
-}
-
 __device__ __forceinline__ uint32_t kmajor_sw128_desc_lo(uint32_t smem_addr) {
     return desc_start_address(smem_addr);
 }
