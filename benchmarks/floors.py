@@ -9,18 +9,25 @@ write back to HBM), mean of --num-tests; and again after an 8 GB read instead ("
 show how much of a floor is the method's. A target asking for more effective TB/s than the floor kernel reaches
 under the same method cannot be met by any GEMM; the ratio ours/floor says how far a kernel is from its bytes.
 
-    python -m benchmarks.floors [--suite bmm|dense|masked|all] [--json PATH]   (needs Triton, as the BMM seed does)
+With `--peer MODULE` (a package with DeepGEMM's API, e.g. DeepGEMM built under another name) the dense and decode
+cases also time the peer's `fp8_gemm_nt` on the same tensors, in the same process, and report peer/floor and
+ours/peer. `--flushes write` skips the read-flush column (half the time).
+
+    python -m benchmarks.floors [--suite bmm|dense|decode|masked|all] [--peer MODULE] [--flushes write read]
+                                [--json PATH]   (needs Triton, as the BMM seed does)
 """
 import argparse
+import importlib
 import json
+import math
 import sys
 
 import torch
 
 import deep_gemm
 from benchmarks import bmm
-from benchmarks.bench import dense_shapes, gpu_state, provenance
-from deep_gemm.testing import count_bytes
+from benchmarks.bench import DENSE_NK, dense_shapes, gpu_state, provenance
+from deep_gemm.testing import calc_diff, count_bytes
 
 try:
     import triton
@@ -70,7 +77,7 @@ def bmm_case(b, m, n, k):
     x8, xs, y8, ys = bmm.make_inputs(b, m, n, k)
     out = torch.empty((b, m, n), device="cuda", dtype=torch.bfloat16)
     fn = lambda: deep_gemm.bmm_fp8_fp8_bf16_nt((x8, xs), (y8, ys), out)  # noqa: E731
-    return f"bmm {b}x{m}x{n}x{k}", fn, count_bytes(x8, xs, y8, ys), count_bytes(out)
+    return f"bmm {b}x{m}x{n}x{k}", fn, count_bytes(x8, xs, y8, ys), count_bytes(out), None
 
 
 def dense_case(m, n, k):
@@ -79,8 +86,12 @@ def dense_case(m, n, k):
     sa = deep_gemm.get_col_major_tma_aligned_tensor(sa)
     out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
     fn = lambda: deep_gemm.gemm_fp8_fp8_bf16_nt((a8, sa), (b8, sb), out)  # noqa: E731
+
+    def peer_fn(lib):  # the peer's own output tensor; its result is checked against ours before timing
+        peer_out = torch.empty_like(out)
+        return peer_out, lambda: lib.fp8_gemm_nt((a8, sa), (b8, sb), peer_out)
     # Effective traffic as the issue counts it: A + B + scales + D.
-    return f"dense {m}x{n}x{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out)
+    return f"dense {m}x{n}x{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out), (out, peer_fn)
 
 
 def masked_case(groups, m, n, k):
@@ -93,59 +104,102 @@ def masked_case(groups, m, n, k):
     out = torch.empty((groups, m, n), device="cuda", dtype=torch.bfloat16)
     masked_m = torch.full((groups,), m, dtype=torch.int32, device="cuda")
     fn = lambda: deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a8, sa), (b8, sb), out, masked_m, m)  # noqa
-    return f"masked {groups}x{m} n{n} k{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out)
+    return f"masked {groups}x{m} n{n} k{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out), None
 
 
 # Issue 17's 32 MLA shapes (bmm.py's, without the two large batches); issue 14's small-m dense shapes (bench.py's
 # with m <= 128 and k a multiple of 128: the "small m" suite of the same-run harness) and its masked decode
-# (16 experts x 16-48 tokens, n 4096, k 7168; DeepGEMM's own H200 log: 3.74 TB/s).
+# (16 experts x 16-48 tokens, n 4096, k 7168; DeepGEMM's own H200 log: 3.74 TB/s); issue 33's dense decode
+# (m in DECODE_MS x DeepGEMM's six (n, k) pairs).
+DECODE_MS = (1, 2, 4, 8, 16, 32)
 SUITES = {
     "bmm": [(bmm_case, shape) for shape in bmm.issue_shapes() if bmm.is_mla(*shape)],
     "dense": [(dense_case, (m, n, k)) for m, n, k in dense_shapes() if m <= 128 and k % 128 == 0],
+    "decode": [(dense_case, (m, n, k)) for n, k in DENSE_NK for m in DECODE_MS],
     "masked": [(masked_case, (16, m, 4096, 7168)) for m in (16, 32, 48)],
 }
+KERNEL = "fp8_gemm"  # ours and DeepGEMM's GEMM kernels both carry it in their names
 
 
-def run(suites, num_tests):
+def run(suites, num_tests, flush_kinds=("write", "read"), peer=None):
+    """Rows of every case of `suites`: ours, the floor kernel and (dense cases, with a `peer` module) the peer, each
+    timed after every flush of `flush_kinds`."""
     flushes = bmm.Flushes()
     rows = []
-    empty_us = {f: floor_us(0, 0, flushes, f, num_tests) for f in ("write", "read")}
-    print(f"empty launch of the floor kernel (one program): {empty_us['write']:.2f} us after the write flush, "
-          f"{empty_us['read']:.2f} us after the read flush")
-    print("| case | MB read | MB written | ours us | floor us | ours TB/s | floor TB/s | ours/floor time | "
-          "read flush: ours us | floor us | floor TB/s |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    empty_us = {f: floor_us(0, 0, flushes, f, num_tests) for f in flush_kinds}
+    print("empty launch of the floor kernel (one program): " +
+          ", ".join(f"{us:.2f} us after the {f} flush" for f, us in empty_us.items()))
+    cols = ["ours us", "floor us", "ours TB/s", "floor TB/s", "ours/floor"] + \
+        (["peer us", "peer/floor", "ours/peer"] if peer else [])
+    head = ["case", "MB read", "MB written"] + [f"{f}: {c}" for f in flush_kinds for c in cols]
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for suite in suites:
         for make, args in SUITES[suite]:
-            label, fn, read_bytes, write_bytes = make(*args)
+            label, fn, read_bytes, write_bytes, peer_case = make(*args)
             moved = read_bytes + write_bytes
             row = dict(suite=suite, case=label, args=list(args), read_bytes=read_bytes, write_bytes=write_bytes)
-            for flush in ("write", "read"):
-                ours = flushes.time(fn, "fp8_gemm", flush, num_tests) * 1e6
+            peer_fn = None
+            if peer is not None and peer_case is not None:
+                out, make_peer = peer_case
+                peer_out, peer_fn = make_peer(peer)
+                fn(), peer_fn()
+                row["peer_diff"] = float(calc_diff(out, peer_out))  # both libraries computed the same product
+            cells = []
+            for flush in flush_kinds:
+                ours = flushes.time(fn, KERNEL, flush, num_tests) * 1e6
                 floor = floor_us(read_bytes, write_bytes, flushes, flush, num_tests)
-                row[flush] = dict(ours_us=ours, floor_us=floor, ours_tbps=moved / ours / 1e6,
-                                  floor_tbps=moved / floor / 1e6)
-            w, r = row["write"], row["read"]
-            print(f"| {label} | {read_bytes / 1e6:.2f} | {write_bytes / 1e6:.2f} | {w['ours_us']:.2f} | "
-                  f"{w['floor_us']:.2f} | {w['ours_tbps']:.2f} | {w['floor_tbps']:.2f} | "
-                  f"{w['ours_us'] / w['floor_us']:.2f} | {r['ours_us']:.2f} | {r['floor_us']:.2f} | "
-                  f"{r['floor_tbps']:.2f} |", flush=True)
+                r = row[flush] = dict(ours_us=ours, floor_us=floor, ours_tbps=moved / ours / 1e6,
+                                      floor_tbps=moved / floor / 1e6)
+                cells += [f"{ours:.2f}", f"{floor:.2f}", f"{r['ours_tbps']:.2f}", f"{r['floor_tbps']:.2f}",
+                          f"{ours / floor:.2f}"]
+                if peer_fn is not None:
+                    r["peer_us"] = flushes.time(peer_fn, KERNEL, flush, num_tests) * 1e6
+                    cells += [f"{r['peer_us']:.2f}", f"{r['peer_us'] / floor:.2f}", f"{r['peer_us'] / ours:.3f}"]
+            print(f"| {label} | {read_bytes / 1e6:.2f} | {write_bytes / 1e6:.2f} | " + " | ".join(cells) + " |",
+                  flush=True)
             rows.append(row)
-            del fn
+            del fn, peer_fn
             torch.cuda.empty_cache()
-    return dict(empty_us=empty_us, rows=rows)
+    return dict(empty_us=empty_us, rows=rows, summary=summarise(rows, flush_kinds))
+
+
+def summarise(rows, flush_kinds):
+    """Per suite and flush: geomean and worst of ours/floor, and with a peer of peer/floor and peer/ours (> 1: ours
+    faster)."""
+    out = {}
+    for suite in dict.fromkeys(r["suite"] for r in rows):
+        for flush in flush_kinds:
+            rs = [r[flush] for r in rows if r["suite"] == suite]
+            entry = dict(cases=len(rs))
+            ratios = dict(ours_over_floor=[r["ours_us"] / r["floor_us"] for r in rs])
+            if all("peer_us" in r for r in rs):
+                ratios.update(peer_over_floor=[r["peer_us"] / r["floor_us"] for r in rs],
+                              peer_over_ours=[r["peer_us"] / r["ours_us"] for r in rs])
+            for name, vals in ratios.items():
+                entry[name] = dict(geomean=math.exp(sum(map(math.log, vals)) / len(vals)), min=min(vals),
+                                   max=max(vals))
+            out[f"{suite}/{flush}"] = entry
+            print(f"{suite}, {flush} flush: " + "; ".join(
+                f"{name} geomean {e['geomean']:.3f} (min {e['min']:.3f}, max {e['max']:.3f})"
+                for name, e in entry.items() if name != "cases"))
+    return out
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=["all", *SUITES], default="all")
     parser.add_argument("--num-tests", type=int, default=20)
+    parser.add_argument("--flushes", nargs="+", choices=["write", "read"], default=["write", "read"],
+                        help="time after these flushes (default both)")
+    parser.add_argument("--peer", help="a package with DeepGEMM's API to time on the dense and decode cases")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if triton is None or not torch.cuda.is_available():
         print("floors: needs a CUDA GPU and Triton (the streaming kernel is a Triton kernel)", file=sys.stderr)
         return 2
-    result = run(list(SUITES) if args.suite == "all" else [args.suite], args.num_tests)
-    result.update(gpu_end=gpu_state(), provenance=provenance(), num_tests=args.num_tests,
+    peer = importlib.import_module(args.peer) if args.peer else None
+    result = run(list(SUITES) if args.suite == "all" else [args.suite], args.num_tests, tuple(args.flushes), peer)
+    result.update(gpu_end=gpu_state(), provenance=provenance(), num_tests=args.num_tests, peer=args.peer,
                   method="kineto, mean of num_tests; write flush = 8 GB memset, read flush = 8 GB amax")
     if args.json:
         with open(args.json, "w") as f:

@@ -26,3 +26,15 @@ def test_suites_are_the_issues_shapes():
     assert len(dense) == 12 and all(m <= 128 and k % 128 == 0 for m, _, k in dense)
     assert (64, 7168, 16384) in dense  # the best small-m shape of issue 14's target 2
     assert [args for _, args in floors.SUITES["masked"]] == [(16, m, 4096, 7168) for m in (16, 32, 48)]
+    decode = [args for _, args in floors.SUITES["decode"]]  # issue 33: m in 1..32 x DeepGEMM's six (n, k)
+    assert len(decode) == 36 and {m for m, _, _ in decode} == {1, 2, 4, 8, 16, 32}
+    assert {(n, k) for _, n, k in decode} == {(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384),
+                                              (4096, 7168), (7168, 2048)}
+
+
+def test_summary_geomeans():
+    rows = [dict(suite="decode", write=dict(ours_us=2.0, floor_us=1.0, peer_us=4.0)),
+            dict(suite="decode", write=dict(ours_us=8.0, floor_us=4.0, peer_us=4.0))]
+    entry = floors.summarise(rows, ("write",))["decode/write"]
+    assert entry["cases"] == 2 and abs(entry["ours_over_floor"]["geomean"] - 2.0) < 1e-12
+    assert abs(entry["peer_over_ours"]["geomean"] - 1.0) < 1e-12 and entry["peer_over_ours"]["min"] == 0.5
