@@ -57,9 +57,11 @@ class GemmLayout:
     def needs_kernel(self) -> bool:
         return self.action == "launch"
 
-    def run(self, lhs, rhs, out, index=None, *host_ints):
+    def run(self, lhs, rhs, out, *rest):
         """The per-call part: pointer checks, then nothing, zeroing or the launch. Returns the plan when the call
-        needed no conversion (so `_C` can launch later calls of this layout by itself), else None."""
+        needed no conversion (so `_C` can launch later calls of this layout by itself), else None. `rest`: the
+        grouped variants' index tensor and host ints, or skip_head_mid's host ints only (already in the layout)."""
+        index = rest[0] if rest and isinstance(rest[0], torch.Tensor) else None
         a, sa = lhs
         b, sb = rhs
         tensors = (a, sa, b, sb, out) if index is None else (a, sa, b, sb, out, index)
@@ -94,7 +96,7 @@ class GemmLayout:
             out.copy_(target[:, :out.shape[1]])
         return plan if (sa_k is sa and sb_k is sb and target is out) else None
 
-    def load_kernel(self, lhs, rhs, out, index=None, *host_ints) -> None:
+    def load_kernel(self, lhs, rhs, out, *rest) -> None:
         """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing, write
         nothing."""
         if self.action == "launch":

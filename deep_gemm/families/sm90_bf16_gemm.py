@@ -80,6 +80,9 @@ def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 
                 raise ValueError("the sum over batches in clusters runs only under a forced configuration with "
                                  "cluster_k_splits > 1")
             return forced
+        if forced is not None and forced.cluster_k_splits > 1:
+            raise ValueError("cluster K splits sum over batches only in clusters (einsum bmk,bnk->mn into a float32 "
+                             "row-major d)")
         return forced or get_bf16_ksplit_config(m, n, num_sms, groups)
     return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes, kind.gemm_type,
                                                   groups, heuristic_k(m, k, kind), kind.mn_major_a)
@@ -303,9 +306,13 @@ class BF16Layout:
         heads, n]. K splits: A [S, m, k] / B [S, n, k] as their stacked rows, D the partial sums [splits, m, n]."""
         if self.kind.batch_splits_k:
             a2, b2 = checks.rows_view(a, "a"), checks.rows_view(b, "b")
+            # The sum in clusters writes d [1, m, n] at its own row stride (one row: any 16-byte multiple will do).
+            in_clusters = self.kind.gemm_type == KernelType.NORMAL
+            d_stride = d.stride(1) if self.m > 1 or not in_clusters else ceil_div(self.n, 4) * 4
             return Operands(self.m, self.n, self.k, self.kind, checks.tma_row_stride(a2), checks.tma_row_stride(b2),
-                            d.stride(1), a2.shape[0], b2.shape[0], self.num_groups, a_cols=self.k,
-                            d_outer_stride=d.stride(0), num_k_blocks=self.batches * ceil_div(self.k, BLOCK_K))
+                            d_stride, a2.shape[0], b2.shape[0], self.num_groups, a_cols=self.k,
+                            d_outer_stride=self.m * d_stride if in_clusters else d.stride(0),
+                            num_k_blocks=self.batches * ceil_div(self.k, BLOCK_K))
         heads = self.num_groups
         a_stride = a.stride(0) if self.m > 1 else ceil_div(heads * self.k, 8) * 8
         _, b_stride = _grouped_b_layout(b)
@@ -526,10 +533,14 @@ def normalise_k_splits(a, b, d, in_clusters: bool = False, accumulate: bool = Fa
             operand_layout(checks.rows_view(t, name), name, "rows")
             if t.shape[1] > 1 and t.stride(2) != 1:
                 raise ValueError(f"{name} must be K-major (stride(2) == 1), got strides {t.stride()}")
-        if not d.is_contiguous():
-            raise ValueError("d (the split partial sums) must be contiguous")
-        if n % 4:
-            raise ValueError(f"n = {n}: a float32 d needs n to be a multiple of 4 (TMA writes whole 16-byte chunks)")
+        if in_clusters:  # d itself: row-major at any 16-byte row stride
+            _check_d(d, n)
+        else:
+            if not d.is_contiguous():
+                raise ValueError("d (the split partial sums) must be contiguous")
+            if n % 4:
+                raise ValueError(f"n = {n}: a float32 d needs n to be a multiple of 4 (TMA writes whole 16-byte "
+                                 f"chunks)")
     if in_clusters and splits != 1:
         raise ValueError(f"d must be [1, m, n] for the sum in clusters, got {splits} splits")
     kind = KernelKind(False, False, True, accumulate, KernelType.NORMAL if in_clusters else KernelType.BATCHED,

@@ -3,8 +3,8 @@ import functools
 import math
 from typing import Optional, Tuple
 
-from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, align, ceil_div,
-                     has_group_row_ends, walks_groups, last_wave_util, min_sms_for_waves, num_waves)
+from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, a_rows_per_stage, align,
+                     ceil_div, has_group_row_ends, walks_groups, last_wave_util, min_sms_for_waves, num_waves)
 
 SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
 BLOCK_K = 128               # = the scale granularity along K
@@ -145,12 +145,22 @@ def _block_ms(m: int, kind: KernelType) -> Tuple[int, ...]:
     return (64, 128, 256)
 
 
+# NOTES: H100, FP8 with m-row A boxes, 16- beside 32-wide tiles: 1x2112x7168 11.9 vs 11.4 us, 1x4096x7168 20.0 vs
+# 16.8, 32x7168x2048 10.9 vs 9.4, 16x24576x1536 25.0 vs 20.2 (benchmarks/NOTES.md): below 32 columns the per-K-block
+# work of a tile, not the number of CTAs streaming, sets the time (66 CTAs still stream 2112x7168 faster than 132).
+DECODE_MIN_BLOCK_N = 32
+
+
 def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
                  n_segment: int = 0) -> Tuple[int, int, int]:
     """(block_m, block_n, waves) for a dense or contiguous grouped GEMM of m rows (block_n dividing `n_segment`
     where it is set: GemmProblem.n_segment)."""
+    # Dense decode skips tiles narrower than DECODE_MIN_BLOCK_N while tiles of that width still keep half the SMs
+    # streaming.
+    narrow_ok = m > 64 or kind != KernelType.NORMAL or ceil_div(n, DECODE_MIN_BLOCK_N) < sms // 2
     candidates = [(bm, bn) for bm in _block_ms(m, kind) for bn in BLOCK_NS
-                  if _legal_block(bm, bn) and (n_segment == 0 or n_segment % bn == 0)]
+                  if _legal_block(bm, bn) and (n_segment == 0 or n_segment % bn == 0)
+                  and (bn >= DECODE_MIN_BLOCK_N or narrow_ok)]
     if m <= 128:
         # Memory-bound regime: spread the weights over as many SMs as possible (fewest waves, fullest last wave).
         bm, bn, waves = _fewest_waves(candidates, lambda bm_, bn_: ceil_div(m, bm_) * ceil_div(n, bn_), sms)
@@ -334,6 +344,10 @@ def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.N
     else:
         bm, bn, _ = _pick_blocks(m, n, k, sms, kind, n_segment)
     num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)
+    if kind == KernelType.NORMAL and num_multicast == 1:
+        # A dense call of fewer rows than the tile loads only its rows (rounded up: a_rows_per_stage). NOTES: H100,
+        # 1x2112x7168 at 64x16: 17.1 us with 64-row A boxes, 11.9 with 8-row ones; 1x4096x7168 at 64x32 20.1 -> 16.8.
+        return build_sm90_config(m, n, k, bm, bn, sms, a_box_rows=a_rows_per_stage(m, bm))
     if kind != KernelType.BATCHED:
         return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
     return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, num_groups=groups,
@@ -361,7 +375,8 @@ def sm90_kernel_variants(n: int, k: int, num_sms: int,
 
     NOTES: the choice depends on m only through ceil(m / 64) (every BLOCK_M is a multiple of 64) and the two
     multicast thresholds (m >= 512 and m >= 4096, multiples of 64), so m = 64q for every q, plus the first m of
-    the two blocks that straddle a threshold, covers every m <= VARIANT_M_CAP.
+    the two blocks that straddle a threshold, covers every m <= VARIANT_M_CAP; below 64 rows the A box adds
+    m = 8, 16 and 32 (a_rows_per_stage).
     """
     seen = {}
     for m in variant_row_counts():
@@ -371,9 +386,10 @@ def sm90_kernel_variants(n: int, k: int, num_sms: int,
 
 
 def variant_row_counts() -> Tuple[int, ...]:
-    """Row counts that reach every choice the dense heuristic makes for m <= VARIANT_M_CAP (sm90_kernel_variants)."""
-    return tuple(m for q in range(1, VARIANT_M_CAP // 64 + 1)
-                 for m in ((64 * q - 63, 64 * q) if 64 * q in (MULTICAST_MIN_M, 4096) else (64 * q,)))
+    """Row counts that reach every choice the dense heuristic makes for m <= VARIANT_M_CAP (sm90_kernel_variants):
+    the m-row A boxes of calls below one 64-row block (a_rows_per_stage: 8, 16, 32), then every 64 rows."""
+    return (8, 16, 32) + tuple(m for q in range(1, VARIANT_M_CAP // 64 + 1)
+                               for m in ((64 * q - 63, 64 * q) if 64 * q in (MULTICAST_MIN_M, 4096) else (64 * q,)))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -77,7 +77,7 @@ def _sum_over_batches(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Opti
     checks.check_same_cuda_device([("a", a), ("b", b), ("d", d)])
     forced = get_forced_config()
     if not use_cublaslt and forced is not None and forced.cluster_k_splits > 1 and d.dtype == torch.float32 and \
-            d.is_contiguous() and (c is None or (c.data_ptr() == d.data_ptr() and c.stride() == d.stride())):
+            (c is None or (c.data_ptr() == d.data_ptr() and c.stride() == d.stride())):
         # The sum in one kernel, its clusters cutting the walk over (s, K block): forced configurations only until
         # measured (deep_gemm.testing.forced_config).
         call(_EINSUM, a, b, d.unsqueeze(0), 3 if c is not None else 2)

@@ -25,3 +25,12 @@ def test_sum_in_clusters_needs_a_forced_cluster_config():
     named = dict(source.config)
     assert named["kGemmType"].name.endswith("Normal") and named["kBatchSplitsK"]
     assert named["kClusterSplitsK"] == 8 and named["kAccumulate"]
+
+
+def test_partial_sums_refuse_a_forced_cluster_config():
+    # The K splits into partial sums (a batched walk) have no cluster form: refused on the host, not left to the
+    # kernel's static assert at compile time.
+    partials = KernelKind(False, False, True, False, KernelType.BATCHED, batch_splits_k=True)
+    with forced_config(build_bf16_config(128, 384, 128, 128, 132, 4, cluster_k_splits=2)):
+        with pytest.raises(ValueError, match="only in clusters"):
+            kernel_choice(128, 384, 132, partials)

@@ -1,0 +1,32 @@
+"""The FP8 1D2D layout's per-call part on the CPU: which trailing arguments are an index tensor and which host ints."""
+import torch
+
+from deep_gemm.families.fp8_gemm_1d2d_args import GemmLayout
+from deep_gemm.heuristics import KernelType
+
+
+def _zeroing_layout(kind, head_splits=(0, 0, 0), extents=(64,) * 6):
+    return GemmLayout(kind, "zero", torch.device("cpu"), False, True, True, extents, 0, 132, "sm_90a",
+                      head_splits=head_splits)
+
+
+def _operands():
+    a, sa, b, sb = torch.ones(4, 8), torch.ones(4, 1), torch.ones(8, 8), torch.ones(1, 1)
+    return (a, sa), (b, sb), torch.ones(4, 8)
+
+
+def test_skip_head_mid_host_ints_are_not_an_index():
+    # fp8_gemm_nt_skip_head_mid passes (left, mid, right) after out, where grouped variants pass their index tensor.
+    lhs, rhs, out = _operands()
+    assert _zeroing_layout(KernelType.NORMAL, (16, 8, 16)).run(lhs, rhs, out, 16, 8, 16) is None
+    assert not out.any()
+
+
+def test_masked_index_then_host_int():
+    lhs, rhs, out = _operands()
+    layout = _zeroing_layout(KernelType.M_GROUPED_MASKED)
+    layout.action = "zero_masked"
+    masked_m = torch.tensor([2], dtype=torch.int32)
+    out = out.view(1, 4, 8)
+    layout.run(lhs, rhs, out, masked_m, 4)
+    assert not out[0, :2].any() and out[0, 2:].all()  # k = 0: rows below masked_m become zeros, the rest stay
