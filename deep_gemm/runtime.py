@@ -122,18 +122,20 @@ def _slow_path(op: int, args: tuple, key: Optional[tuple]):
 
 
 @functools.lru_cache(maxsize=1024)
-def _k_split_count(m: int, n: int, batches: int, k: int, device_index: int, num_sms: int) -> int:
+def _k_split_count(m: int, n: int, batches: int, k: int, device_index: int, num_sms: int,
+                   clusters_fit: bool) -> int:
     arch = device.get_device_arch(device_index)
     if families_of("einsum", arch) != (sm90_bf16_gemm.FAMILY,):
         raise NotImplementedError(f"einsum has no kernel for {arch} yet (device {device_index})")
-    return sm90_bf16_gemm.k_split_count(m, n, batches, k, device_index)
+    return sm90_bf16_gemm.k_split_count(m, n, batches, k, device_index, clusters_fit)
 
 
-def k_split_count(m: int, n: int, batches: int, k: int, device_index: int) -> int:
-    """How many K splits the einsum variant's family takes for this shape on this device under the current
-    `set_num_sms` cap: the length of the partial-sum buffer `einsum("bmk,bnk->mn")` allocates
+def k_split_count(m: int, n: int, batches: int, k: int, device_index: int, clusters_fit: bool = False) -> int:
+    """How the einsum variant's family sums over batches for this shape on this device under the current
+    `set_num_sms` cap: 0 = in one launch over clusters (only where `clusters_fit`: d can take that kernel's
+    output), else the K splits, i.e. the length of the partial-sum buffer `einsum("bmk,bnk->mn")` allocates
     (deep_gemm/ops/einsum.py)."""
-    return _k_split_count(m, n, batches, k, device_index, device.get_num_sms(device_index))
+    return _k_split_count(m, n, batches, k, device_index, device.get_num_sms(device_index), clusters_fit)
 
 
 def get_launch_path() -> str:

@@ -14,7 +14,8 @@ from .. import jit, log
 from ..device import get_device_arch, get_num_sms
 from ..envs import read_env
 from ..heuristics.common import GemmConfig, KernelType, ceil_div, get_forced_config
-from ..heuristics.sm90_bf16 import BLOCK_K, get_bf16_config, get_bf16_ksplit_config
+from ..heuristics.sm90_bf16 import (BLOCK_K, get_bf16_cluster_sum_config, get_bf16_config, get_bf16_ksplit_config,
+                                    sums_in_clusters)
 from ..jit.runtime import ensure_context
 from . import checks
 from .fp8_gemm_1d2d_args import GEMM_TYPES
@@ -75,11 +76,11 @@ def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 
     of a masked or psum call, the heads of a batched one or its K splits; `k`: see heuristic_k."""
     if kind.batch_splits_k:
         forced = get_forced_config()
-        if kind.gemm_type == KernelType.NORMAL:  # the sum in one launch, over clusters (not picked by a heuristic yet)
-            if forced is None or forced.cluster_k_splits < 2:
-                raise ValueError("the sum over batches in clusters runs only under a forced configuration with "
+        if kind.gemm_type == KernelType.NORMAL:  # the sum in one launch, over clusters (k_split_count 0)
+            if forced is not None and forced.cluster_k_splits < 2:
+                raise ValueError("the sum over batches in clusters needs a forced configuration with "
                                  "cluster_k_splits > 1")
-            return forced
+            return forced or get_bf16_cluster_sum_config(m, n, num_sms)
         if forced is not None and forced.cluster_k_splits > 1:
             raise ValueError("cluster K splits sum over batches only in clusters (einsum bmk,bnk->mn into a float32 "
                              "row-major d)")
@@ -550,12 +551,15 @@ def normalise_k_splits(a, b, d, in_clusters: bool = False, accumulate: bool = Fa
                    batches=batches, rows=batches * m)
 
 
-def k_split_count(m: int, n: int, batches: int, k: int, device_index: int) -> int:
-    """The number of K splits the einsum variant's K-split form takes for this shape: enough for one wave of tiles
-    over the SMs, each split at least one K block."""
+def k_split_count(m: int, n: int, batches: int, k: int, device_index: int, clusters_fit: bool = False) -> int:
+    """How the einsum variant sums over batches for this shape: 0 = in one launch over clusters (k_splits 2 / 3;
+    sums_in_clusters, where `clusters_fit`: d is FP32 row-major, written or accumulated in place), else the number
+    of K splits into partial sums: enough for one wave of tiles over the SMs, each split at least one K block."""
     total = batches * ceil_div(k, BLOCK_K)
     if min(m, n, total) <= 0:
         return 1
+    if clusters_fit and sums_in_clusters(m, n, batches, k, get_num_sms(device_index)):
+        return 0
     config = kernel_choice(m, n, get_num_sms(device_index), KernelKind(False, False, True, False, KernelType.BATCHED,
                                                                        batch_splits_k=True), 1)
     tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
@@ -573,14 +577,16 @@ def warmup_kernels(variant: str, shape: dict, ms, num_sms: int, arch: str, psum_
     cluster K splits at m <= 128 depend on it); contiguous (m = all rows, n):
     K-major B with per-row group ids; masked (m = expected rows per group, n, num_groups): K-major B; einsum (m, n,
     heads): the per-head GEMMs of m rows and n columns with each head's B K-major (bhr,hdr->bhd) and MN-major
-    (bhd,hdr->bhr), and the K splits of an [m, n] sum over batches (bmk,bnk->mn; the split count only sizes the
-    grid)."""
+    (bhd,hdr->bhr), and an [m, n] sum over batches (bmk,bnk->mn) both ways: K splits (the split count only sizes
+    the grid) and in clusters, written and accumulated (which one runs depends on the batches and k)."""
     m, n = shape["m"], shape["n"]
     if variant == "einsum":
         heads = [KernelKind(False, mn_major_b, False, False, KernelType.BATCHED) for mn_major_b in (False, True)]
         splits = KernelKind(False, False, True, False, KernelType.BATCHED, batch_splits_k=True)
+        clusters = [KernelKind(False, False, True, acc, KernelType.NORMAL, batch_splits_k=True) for acc in (False, True)]
         return [kernel_source(n, kernel_choice(m, n, num_sms, kind, shape["heads"]), kind) for kind in heads] + \
-            [kernel_source(n, kernel_choice(m, n, num_sms, splits, 1), splits)]
+            [kernel_source(n, kernel_choice(m, n, num_sms, splits, 1), splits)] + \
+            [kernel_source(n, kernel_choice(m, n, num_sms, kind), kind) for kind in clusters]
     if variant == "bf16":
         kinds, groups = WARMUP_DENSE_KINDS, 1
     else:

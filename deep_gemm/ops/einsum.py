@@ -3,9 +3,10 @@ the absorbed query product, on the BF16 kernel family's batched forms (and the F
 
 - `bhr,hdr->bhd` / `bhd,hdr->bhr`: one GEMM per head h, in one launch, reading each head's columns of the [b, h, *]
   operand in place and writing d[:, h] in place (no transposed copies).
-- `bmk,bnk->mn`: d = sum over s of a[s] @ b[s]^T, a long K walk over every (s, K block) split evenly over the SMs;
-  each split writes an FP32 partial sum and the splits are added in a fixed order, so results are bitwise
-  reproducible (DeepGEMM adds its splits with atomics, whose order varies from run to run).
+- `bmk,bnk->mn`: d = sum over s of a[s] @ b[s]^T, a long K walk over every (s, K block). Short walks run in one
+  launch whose clusters cut the walk and add their parts in rank order into d; long ones are split evenly over the
+  SMs, each split writing an FP32 partial sum, and the splits are added in a fixed order. Either way results are
+  bitwise reproducible (DeepGEMM adds its splits with atomics, whose order varies from run to run).
 """
 from typing import Optional, Tuple
 
@@ -76,16 +77,20 @@ def _sum_over_batches(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Opti
         raise ValueError(f"c must be None or a tensor of d's dtype and shape ({d.dtype}, {tuple(d.shape)})")
     checks.check_same_cuda_device([("a", a), ("b", b), ("d", d)])
     forced = get_forced_config()
-    if not use_cublaslt and forced is not None and forced.cluster_k_splits > 1 and d.dtype == torch.float32 and \
-            (c is None or (c.data_ptr() == d.data_ptr() and c.stride() == d.stride())):
-        # The sum in one kernel, its clusters cutting the walk over (s, K block): forced configurations only until
-        # measured (deep_gemm.testing.forced_config).
+    # The sum in one kernel, its clusters cutting the walk over (s, K block), writes an FP32 row-major d itself
+    # (accumulating when c is d); it runs where the heuristic says so (k_split_count 0) or under a forced cluster
+    # configuration.
+    clusters_fit = d.dtype == torch.float32 and (c is None or (c.data_ptr() == d.data_ptr() and
+                                                               c.stride() == d.stride())) and \
+        d.stride(-1) == 1 and (m == 1 or d.stride(0) % 4 == 0)
+    use_clusters = clusters_fit and (forced is None or forced.cluster_k_splits > 1)
+    splits = 1 if use_cublaslt else k_split_count(m, n, batches, k, a.device.index, use_clusters)
+    if not use_cublaslt and use_clusters and (splits == 0 or forced is not None):
         call(_EINSUM, a, b, d.unsqueeze(0), 3 if c is not None else 2)
         return
     if use_cublaslt:
         total = torch.einsum("bmk,bnk->mn", a.float(), b.float())
     else:
-        splits = k_split_count(m, n, batches, k, a.device.index)
         partial = torch.empty((splits, m, n), dtype=torch.float32, device=a.device)
         call(_EINSUM, a, b, partial, 1)
         total = partial[0] if splits == 1 else partial.sum(0)

@@ -99,9 +99,9 @@ def test_no_multicast_with_odd_sm_count():
 # NOTES: smem_size is left out on purpose: it follows the kernel's shared-memory layout (sm90_smem_size), which
 # changes with kernel internals; check_invariants ties it to that formula instead.
 GOLDEN = {
-    # Decode: no tile below 32 columns (DECODE_MIN_BLOCK_N), all 66 N blocks in one wave; m-row A boxes below 64 rows.
-    (64, 2112, 7168): dict(block_m=64, block_n=32, block_k=128, num_stages=16, num_multicast=1, multicast_on_a=True,
-                           swizzle_d_bytes=64, num_sms=66, num_threads=256, a_box_rows=0),
+    (64, 2112, 7168): dict(block_m=64, block_n=16, block_k=128, num_stages=16, num_multicast=1, multicast_on_a=True,
+                           swizzle_d_bytes=32, num_sms=132, num_threads=256, a_box_rows=0),
+    # Decode with m-row A boxes: no tile below 32 columns (DECODE_MIN_BLOCK_N), all 66 N blocks in one wave.
     (1, 2112, 7168): dict(block_m=64, block_n=32, num_multicast=1, num_sms=66, a_box_rows=8),
     (17, 4096, 7168): dict(block_m=64, block_n=32, num_multicast=1, num_sms=128, a_box_rows=32),
     # Two 64-row blocks of m: one 128-row tile per N block where 64-wide tiles still cover most SMs (issue 14).
