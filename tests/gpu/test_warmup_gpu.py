@@ -75,7 +75,7 @@ def test_first_calls_after_warmup_compile_nothing(tmp_path, monkeypatch):
     d, c, mk = (small["gemm_fp8_fp8_bf16_nt"], small["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"],
                 small["m_grouped_gemm_fp8_fp8_bf16_nt_masked"])
     w, kg = small["wgrad_gemm_fp8_fp8_fp32_nt"], small["k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"]
-    bm = small["bmm_fp8_fp8_bf16_nt"]
+    bm, shm = small["bmm_fp8_fp8_bf16_nt"], small["fp8_gemm_nt_skip_head_mid"]
     summary = deep_gemm.warmup(dense=[(d["n"], d["k"])], contiguous=[(c["n"], c["k"], len(c["sizes"]))],
                                masked=[(mk["n"], mk["k"], mk["groups"], [mk["expected_m"]])],
                                wgrad=[(w["m"], w["n"])], k_grouped=[(kg["m"], kg["n"], len(kg["ks"]))],
@@ -89,6 +89,8 @@ def test_first_calls_after_warmup_compile_nothing(tmp_path, monkeypatch):
                                einsum=[(small["einsum"]["m"], small["einsum"]["n"], small["einsum"]["batches"])],
                                tf32_hc_prenorm=[(small["tf32_hc_prenorm_gemm"]["m"], small["tf32_hc_prenorm_gemm"]["n"],
                                                  small["tf32_hc_prenorm_gemm"]["splits"])],
+                               skip_head_mid=[(shm["heads"] * (shm["left"] + shm["right"]), shm["k"], shm["left"],
+                                               shm["mid"], shm["right"])],
                                progress=False)
     assert summary["failures"] == [] and summary["compiled"] == summary["kernels"]
     before = jit.stats()
