@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 import deep_gemm
-from deep_gemm.testing import DiffAccumulator, dequant_per_block, dequant_per_token
+from deep_gemm.testing import DiffAccumulator, calc_diff, dequant_per_block, dequant_per_token
 
 FP8 = torch.float8_e4m3fn
 BF16_MIN_ELEMENTS = 1024
@@ -671,6 +671,57 @@ def build_pack_k_grouped(p: dict, device, seed: int) -> PackCase:
                     lambda: deep_gemm.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, layout, ks, gran_k,
                                                                                             32),
                     torch.cat(parts))
+
+
+# ---- fp8_fp4_mqa_logits (the indexer's prefill logits; it allocates its output)
+
+def mqa_inputs(seq_len: int, seq_len_kv: int, heads: int, head_dim: int, device, seed: int):
+    """(q, kv, kv_sf, weights, ks, ke) with ranges that include empty rows, one key, keys across the 128-key block
+    edges, the whole sequence and random ones."""
+    gen = _gen(device, seed)
+    q = torch.randn((seq_len, heads, head_dim), device=device, generator=gen).to(torch.float8_e4m3fn)
+    kv = torch.randn((seq_len_kv, head_dim), device=device, generator=gen).to(torch.float8_e4m3fn)
+    kv_sf = torch.rand((seq_len_kv,), device=device, generator=gen) + 0.5
+    weights = torch.randn((seq_len, heads), device=device, generator=gen)
+    ks = torch.randint(0, max(seq_len_kv, 1), (seq_len,), device=device, generator=gen, dtype=torch.int32)
+    lengths = torch.randint(0, max(seq_len_kv, 1), (seq_len,), device=device, generator=gen, dtype=torch.int32)
+    ke = torch.clamp(ks + lengths, max=seq_len_kv).int()
+    special = [(0, 0), (5, 5), (7, 8), (127, 129), (128, 256), (0, seq_len_kv), (seq_len_kv - 1, seq_len_kv)]
+    for i, (s, e) in enumerate(special[:seq_len]):
+        ks[i], ke[i] = max(0, min(s, seq_len_kv)), min(e, seq_len_kv)
+    return q, kv, kv_sf, weights, ks, ke
+
+
+def mqa_reference(q, kv, kv_sf, weights, ks, ke):
+    """(FP32 logits of the FP8 values with -inf outside each query's range, the in-range mask)."""
+    score = torch.einsum("shd,nd->shn", q.float(), kv.float()).relu()
+    logits = torch.einsum("shn,sh->sn", score, weights) * kv_sf[None, :]
+    cols = torch.arange(kv.shape[0], device=kv.device)
+    inside = (cols[None, :] >= ks[:, None]) & (cols[None, :] < ke[:, None])
+    return logits.masked_fill(~inside, float("-inf")), inside
+
+
+@dataclass
+class LogitsCase(PackCase):
+    """One cleaned MQA logits call: -inf exactly outside the ranges, the rest against the FP32 reference."""
+    inside: Optional[torch.Tensor] = None
+
+    def check(self) -> None:
+        torch.cuda.synchronize(self.expected.device)
+        got, inside = self.result, self.inside
+        assert got is not None and got.shape == self.expected.shape, f"{self.desc}: shape"
+        assert torch.equal(got == float("-inf"), ~inside), f"{self.desc}: -inf not exactly outside the ranges"
+        diff = calc_diff(got.float().masked_fill(~inside, 0), self.expected.masked_fill(~inside, 0))
+        assert diff < 1e-6, f"{self.desc}: calc_diff {diff}"
+
+
+def build_mqa_logits(p: dict, device, seed: int) -> LogitsCase:
+    """p: seq_len, seq_len_kv, heads, head_dim."""
+    inputs = mqa_inputs(p["seq_len"], p["seq_len_kv"], p["heads"], p["head_dim"], device, seed)
+    q, kv, kv_sf, weights, ks, ke = inputs
+    expected, inside = mqa_reference(*inputs)
+    return LogitsCase(f"mqa logits {p}", lambda: deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), weights, ks, ke),
+                      expected, inside=inside)
 
 
 # ---- bf16_gemm_nt in the four operand layouts (nt / nn / tn / tt)

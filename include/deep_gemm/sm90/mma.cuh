@@ -32,14 +32,23 @@ __device__ __forceinline__ uint32_t mnmajor_sw128_desc_lo(uint32_t smem_addr) {
     return desc_start_address(smem_addr) | ((kChunkBytes >> 4) << 16);
 }
 
-// The 64-bit descriptor of either form (both have 1024-byte 8-row groups and the 128B swizzle mode).
-__device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t desc_lo) {
-    constexpr uint32_t kStrideByteOffset = 1024 >> 4;
-    constexpr uint32_t kLayoutSwizzle128B = 1;
-    constexpr uint32_t kHi = kStrideByteOffset | (kLayoutSwizzle128B << 30);
+// The 64-bit descriptor of a K-major tile of kRowBytes-byte rows written by TMA with the swizzle of that width (32,
+// 64 or 128 bytes): 8-row groups of 8 x kRowBytes bytes, layout type 3, 2 or 1. A K step inside a row moves the start
+// address (the low word) as for 128-byte rows.
+template <uint32_t kRowBytes>
+__device__ __forceinline__ uint64_t kmajor_swizzled_desc(uint32_t desc_lo) {
+    DG_STATIC_ASSERT(kRowBytes == 32 or kRowBytes == 64 or kRowBytes == 128, "swizzled rows of 32, 64 or 128 bytes");
+    constexpr uint32_t kStrideByteOffset = (8 * kRowBytes) >> 4;
+    constexpr uint32_t kLayout = kRowBytes == 128 ? 1 : kRowBytes == 64 ? 2 : 3;
+    constexpr uint32_t kHi = kStrideByteOffset | (kLayout << 30);
     uint64_t desc;
     asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(desc_lo), "n"(kHi));
     return desc;
+}
+
+// The 64-bit descriptor of either 128-byte form (both have 1024-byte 8-row groups and the 128B swizzle mode).
+__device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t desc_lo) {
+    return kmajor_swizzled_desc<128>(desc_lo);
 }
 
 // WGMMA ordering. A batch of WGMMAs is: fence the accumulators, `wgmma_fence`, issue, `wgmma_commit_group`; its

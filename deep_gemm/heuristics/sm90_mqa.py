@@ -1,0 +1,46 @@
+"""Hopper (sm_90a) configuration of the MQA logits kernel (include/deep_gemm/sm90/fp8_mqa_logits.cuh): BLOCK_Q
+queries per CTA so that their heads fill one 128-wide WGMMA N side, 128 keys per stage (64 per math warpgroup), as
+many stages as fit up to MAX_STAGES; one CTA per block of queries."""
+import functools
+from dataclasses import dataclass
+
+from .common import ceil_div
+from .sm90 import SMEM_BUDGET
+
+HEAD_COUNTS = (32, 64)
+HEAD_DIMS = (32, 64, 128)
+N_COLUMNS = 128      # BLOCK_Q x heads
+BLOCK_KV = 128
+MAX_STAGES = 8
+NUM_THREADS = 256 + 32  # two math warpgroups and a TMA producer warp
+
+
+@dataclass(frozen=True)
+class MQAConfig:
+    block_q: int
+    block_kv: int
+    num_stages: int
+    smem_size: int
+    num_threads: int
+
+
+def mqa_smem_size(heads: int, head_dim: int, block_q: int, block_kv: int, num_stages: int) -> int:
+    """Mirror of `mqa_logits_smem_size` in the kernel header (the kernel asserts equality)."""
+    return block_q * heads * head_dim + num_stages * block_kv * head_dim + (2 * num_stages + 1) * 8
+
+
+@functools.lru_cache(maxsize=64)
+def get_mqa_logits_config(heads: int, head_dim: int) -> MQAConfig:
+    """Configuration for `heads` query heads (HEAD_COUNTS) of `head_dim` (HEAD_DIMS)."""
+    if heads not in HEAD_COUNTS or head_dim not in HEAD_DIMS:
+        raise ValueError(f"MQA logits on SM90 take heads in {HEAD_COUNTS} and head_dim in {HEAD_DIMS}, got {heads}, "
+                         f"{head_dim}")
+    block_q = N_COLUMNS // heads
+    stages = next(s for s in range(MAX_STAGES, 0, -1)
+                  if mqa_smem_size(heads, head_dim, block_q, BLOCK_KV, s) <= SMEM_BUDGET)
+    return MQAConfig(block_q, BLOCK_KV, stages, mqa_smem_size(heads, head_dim, block_q, BLOCK_KV, stages), NUM_THREADS)
+
+
+def mqa_grid(seq_len: int, config: MQAConfig) -> int:
+    """CTAs of a call: one per block of queries."""
+    return ceil_div(seq_len, config.block_q)

@@ -1,0 +1,53 @@
+"""The MQA logits kernel (include/deep_gemm/sm90/fp8_mqa_logits.cuh) compiles for sm_90a on the CPU for every SM90
+head count, head dim and output form, with one N = 128 e4m3 WGMMA per 32 of the head dim, the swizzle its rows
+need, and no register spills."""
+import re
+
+import pytest
+
+from deep_gemm.families.sm90_fp8_mqa_logits import MQAKind, kernel_source
+from deep_gemm.heuristics.sm90_mqa import HEAD_COUNTS, HEAD_DIMS, get_mqa_logits_config
+from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler
+
+ARCH = "sm_90a"
+KINDS = [MQAKind(h, d, False, True, False) for h in HEAD_COUNTS for d in HEAD_DIMS] + \
+    [MQAKind(64, 128, True, False, True), MQAKind(32, 64, False, False, True)]
+
+
+@pytest.fixture(scope="module", params=KINDS, ids=lambda k: f"h{k.heads}-d{k.head_dim}-c{int(k.compressed)}"
+                f"-clean{int(k.clean)}-{'bf16' if k.bf16 else 'fp32'}")
+def built(request):
+    kind = request.param
+    config = get_mqa_logits_config(kind.heads, kind.head_dim)
+    result = NVRTCCompiler().compile(kernel_source(kind, config).code(), ARCH, want_ptx=True, ptxas_verbose=True)
+    return kind, config, result
+
+
+def test_mqa_ptx(built):
+    kind, config, result = built
+    assert result.cubin[:4] == b"\x7fELF" and b"mqa_logits" in result.cubin  # DeepGEMM's test profiles by the name
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32\.f32\.e4m3\.e4m3 [^;]*;", result.ptx)
+    assert len(mma) == kind.head_dim // 32 and set(mma) == {str(config.block_q * kind.heads)}
+    assert "vprintf" not in result.ptx
+    assert "ld.local" not in result.ptx and "st.local" not in result.ptx, "per-query ranges left registers"
+
+
+def test_mqa_no_register_spills(built):
+    kind, _, result = built
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), f"{kind}\n{result.log}"
+
+
+def test_mqa_config():
+    for h in HEAD_COUNTS:
+        for d in HEAD_DIMS:
+            config = get_mqa_logits_config(h, d)
+            assert config.block_q * h == 128 and config.block_kv == 128 and 2 <= config.num_stages <= 8
+    with pytest.raises(ValueError, match="heads"):
+        get_mqa_logits_config(16, 128)
+
+
+def test_mqa_nvcc_compiles():
+    kind = MQAKind(64, 128, False, True, False)
+    source = kernel_source(kind, get_mqa_logits_config(64, 128))
+    assert NVCCCompiler().compile(source.code(), ARCH).cubin[:4] == b"\x7fELF"
