@@ -1,6 +1,6 @@
 """Hopper (sm_90a) configuration of the MQA logits kernel (include/deep_gemm/sm90/fp8_mqa_logits.cuh): BLOCK_Q
-queries per CTA so that their heads fill one 128-wide WGMMA N side, 128 keys per stage (64 per math warpgroup), as
-many stages as fit up to MAX_STAGES; one CTA per block of queries."""
+queries per block so that their heads fill one 128-wide WGMMA N side, 128 keys per stage (64 per math warpgroup), as
+many stages as fit up to MAX_STAGES; persistent CTAs, one per SM at most, walking the query blocks."""
 import functools
 from dataclasses import dataclass
 
@@ -12,7 +12,8 @@ HEAD_DIMS = (32, 64, 128)
 N_COLUMNS = 128      # BLOCK_Q x heads
 BLOCK_KV = 128
 MAX_STAGES = 8
-NUM_THREADS = 256 + 32  # two math warpgroups and a TMA producer warp
+Q_STAGES = 2         # q tiles in flight (the kernel's kNumQStages)
+NUM_THREADS = 256 + 128  # two math warpgroups and a producer warpgroup (one of its threads issues the TMA)
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class MQAConfig:
 
 def mqa_smem_size(heads: int, head_dim: int, block_q: int, block_kv: int, num_stages: int) -> int:
     """Mirror of `mqa_logits_smem_size` in the kernel header (the kernel asserts equality)."""
-    return block_q * heads * head_dim + num_stages * block_kv * head_dim + (2 * num_stages + 1) * 8
+    return Q_STAGES * block_q * heads * head_dim + num_stages * block_kv * head_dim + (2 * num_stages + 2 * Q_STAGES) * 8
 
 
 @functools.lru_cache(maxsize=64)
@@ -41,6 +42,6 @@ def get_mqa_logits_config(heads: int, head_dim: int) -> MQAConfig:
     return MQAConfig(block_q, BLOCK_KV, stages, mqa_smem_size(heads, head_dim, block_q, BLOCK_KV, stages), NUM_THREADS)
 
 
-def mqa_grid(seq_len: int, config: MQAConfig) -> int:
-    """CTAs of a call: one per block of queries."""
-    return ceil_div(seq_len, config.block_q)
+def mqa_grid(seq_len: int, config: MQAConfig, num_sms: int) -> int:
+    """CTAs of a call: one per SM, or per block of queries when there are fewer."""
+    return max(1, min(num_sms, ceil_div(seq_len, config.block_q)))
