@@ -93,7 +93,7 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     params.u32("weights_stride", ops.weights_stride)
     params.u32("logits_stride", ops.logits_stride)
     params.u32("max_seqlen_k", ops.max_seqlen_k)
-    launches = [params.launch(mqa_grid(ops.seq_len, cfg, num_sms), cfg.num_threads, cfg.smem_size, 1)]
+    launches = [params.launch(mqa_grid(ops.seq_len, cfg), cfg.num_threads, cfg.smem_size, 1)]
     logits_align = 1 if ops.kind.bf16 else 3
     return make_plan(kernel.function, device_index, (15, 15, 3, 3, 3, 3, logits_align), extents, (6,), launches)
 

@@ -1,6 +1,6 @@
 """Hopper (sm_90a) configuration of the MQA logits kernel (include/deep_gemm/sm90/fp8_mqa_logits.cuh): BLOCK_Q
-queries per block so that their heads fill one 128-wide WGMMA N side, 128 keys per stage (64 per math warpgroup), as
-many stages as fit up to MAX_STAGES; persistent CTAs, one per SM at most, walking the query blocks."""
+queries per CTA so that their heads fill one 128-wide WGMMA N side, 128 keys per stage (64 per math warpgroup), as
+many stages as fit up to MAX_STAGES; one CTA per block of queries."""
 import functools
 from dataclasses import dataclass
 
@@ -12,8 +12,7 @@ HEAD_DIMS = (32, 64, 128)
 N_COLUMNS = 128      # BLOCK_Q x heads
 BLOCK_KV = 128
 MAX_STAGES = 8
-Q_STAGES = 2         # q tiles in flight (the kernel's kNumQStages)
-NUM_THREADS = 256 + 128  # two math warpgroups and a producer warpgroup (one of its threads issues the TMA)
+NUM_THREADS = 256 + 32  # two math warpgroups and a TMA producer warp
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class MQAConfig:
 
 def mqa_smem_size(heads: int, head_dim: int, block_q: int, block_kv: int, num_stages: int) -> int:
     """Mirror of `mqa_logits_smem_size` in the kernel header (the kernel asserts equality)."""
-    return Q_STAGES * block_q * heads * head_dim + num_stages * block_kv * head_dim + (2 * num_stages + 2 * Q_STAGES) * 8
+    return block_q * heads * head_dim + num_stages * block_kv * head_dim + (2 * num_stages + 1) * 8
 
 
 @functools.lru_cache(maxsize=64)
@@ -42,6 +41,6 @@ def get_mqa_logits_config(heads: int, head_dim: int) -> MQAConfig:
     return MQAConfig(block_q, BLOCK_KV, stages, mqa_smem_size(heads, head_dim, block_q, BLOCK_KV, stages), NUM_THREADS)
 
 
-def mqa_grid(seq_len: int, config: MQAConfig, num_sms: int) -> int:
-    """CTAs of a call: one per SM, or per block of queries when there are fewer."""
-    return max(1, min(num_sms, ceil_div(seq_len, config.block_q)))
+def mqa_grid(seq_len: int, config: MQAConfig) -> int:
+    """CTAs of a call: one per block of queries."""
+    return ceil_div(seq_len, config.block_q)

@@ -4,11 +4,14 @@
 // key j in [ks[i], ke[i]), logits[i, j] = sum_h w[i, h] * ReLU(q[i, h] . kv[j]) * kv_sf[j], with FP8 q [S, H, D] and
 // kv [Skv, D], FP32 sums. A CTA takes BLOCK_Q queries, whose BLOCK_Q x H (query, head) rows are the N side of one
 // WGMMA, loaded once; it walks the union of their key ranges in blocks of BLOCK_KV keys through a ring of TMA stages,
-// 64 keys (WGMMA's M side) per math warpgroup, two accumulator sets so that a block's WGMMAs overlap the previous
-// block's reduction. In the accumulator a thread holds two keys and 2 x N / 8 (query, head) columns: it sums its
-// columns of each query in registers, its quad (4 lanes) the rest, and one lane stores each (key, query) sum. Keys outside a query's range are not written; with kClean the whole row outside [ks, ke) becomes
+// 64 keys (WGMMA's M side) per math warpgroup. In the accumulator a thread holds two keys and 2 x N / 8 (query, head)
+// columns: it sums its columns of each query in registers, its quad (4 lanes) the rest, and one lane stores each
+// (key, query) sum. Keys outside a query's range are not written; with kClean the whole row outside [ks, ke) becomes
 // -inf. kCompressed: column j - ks[i] of a max_seqlen_k-wide row instead of column j.
 // Built from the sm90 pieces (barriers, TMA loads, the e4m3 WGMMA and its descriptors); no GEMM tile walk fits it.
+// NOTES (H100, DeepGEMM's test_attention cases): a persistent walk over query blocks with two q tiles in flight, and
+// two accumulator sets per warpgroup (a block's WGMMAs under the previous block's reduction), were both 5-20% slower
+// than this one-CTA-per-query-block, one-accumulator form; the reduction and stores, not the tensor cores, bound it.
 
 #include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/tma.cuh>
@@ -23,14 +26,12 @@ namespace deep_gemm::sm90 {
 
 constexpr uint32_t kMQAMathWarpgroups = 2;
 constexpr uint32_t kMQAMathThreads = 128 * kMQAMathWarpgroups;
-constexpr uint32_t kMQANumThreads = kMQAMathThreads + 128;  // + a producer warpgroup (one thread issues the TMA)
-constexpr uint32_t kNumQStages = 2;  // q tiles in flight: the next query block's loads under this one's math
+constexpr uint32_t kMQANumThreads = kMQAMathThreads + 32;  // + one TMA producer warp
 
 // Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_mqa.py), asserted below.
 template <uint32_t kNumHeads, uint32_t kHeadDim, uint32_t BLOCK_Q, uint32_t BLOCK_KV, uint32_t kNumStages>
 constexpr uint32_t mqa_logits_smem_size() {
-    return kNumQStages * BLOCK_Q * kNumHeads * kHeadDim + kNumStages * BLOCK_KV * kHeadDim +
-           (2 * kNumStages + 2 * kNumQStages) * 8;
+    return BLOCK_Q * kNumHeads * kHeadDim + kNumStages * BLOCK_KV * kHeadDim + (2 * kNumStages + 1) * 8;
 }
 
 // Config: kNumHeads, kHeadDim, BLOCK_Q, BLOCK_KV, kNumStages, kCompressed, kClean, kOutputBF16, kSmemSize.
@@ -67,36 +68,30 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
                      "host and device disagree on the shared-memory size");
 
     extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t* smem_q = smem;                                  // kNumQStages x [N, D]
-    uint8_t* smem_kv = smem + kNumQStages * N * D;           // kNumStages x [BLOCK_KV, D]
+    uint8_t* smem_q = smem;
+    uint8_t* smem_kv = smem + N * D;
     Barrier* full = reinterpret_cast<Barrier*>(smem_kv + kNumStages * BLOCK_KV * D);
     Barrier* empty = full + kNumStages;
     Barrier* q_full = empty + kNumStages;
-    Barrier* q_empty = q_full + kNumQStages;
 
     const uint32_t warp_idx = threadIdx.x / 32;
     const uint32_t lane = threadIdx.x % 32;
-    const uint32_t num_q_blocks = ceil_div(seq_len, BLOCK_Q);
+    const uint32_t q_begin = blockIdx.x * BLOCK_Q;
 
-    // The keys of query block qb: the union of its queries' ranges clipped to [0, Skv), in whole BLOCK_KV blocks
-    // from kv_begin (producer and consumers derive the same).
-    const auto key_blocks = [&](uint32_t qb, uint32_t& kv_begin) {
-        uint32_t begin = seq_len_kv, end = 0;
-        #pragma unroll
-        for (uint32_t q = 0; q < BLOCK_Q; ++q) {
-            const uint32_t i = qb * BLOCK_Q + q;
-            if (i < seq_len) {
-                const uint32_t s = min(static_cast<uint32_t>(max(__ldg(ks + i), 0)), seq_len_kv);
-                const uint32_t e = min(static_cast<uint32_t>(max(__ldg(ke + i), 0)), seq_len_kv);
-                if (s < e) {
-                    begin = min(begin, s);
-                    end = max(end, e);
-                }
+    // The CTA's keys: the union of its queries' ranges, clipped to [0, Skv) (every thread derives the same).
+    uint32_t kv_begin = seq_len_kv, kv_end = 0;
+    #pragma unroll
+    for (uint32_t q = 0; q < BLOCK_Q; ++q) {
+        if (q_begin + q < seq_len) {
+            const uint32_t s = min(static_cast<uint32_t>(max(__ldg(ks + q_begin + q), 0)), seq_len_kv);
+            const uint32_t e = min(static_cast<uint32_t>(max(__ldg(ke + q_begin + q), 0)), seq_len_kv);
+            if (s < e) {
+                kv_begin = min(kv_begin, s);
+                kv_end = max(kv_end, e);
             }
         }
-        kv_begin = begin;
-        return begin < end ? ceil_div(end - begin, BLOCK_KV) : 0u;
-    };
+    }
+    const uint32_t num_kv_blocks = kv_begin < kv_end ? ceil_div(kv_end - kv_begin, BLOCK_KV) : 0;
 
     if (threadIdx.x == kMQAMathThreads) {
         #pragma unroll
@@ -104,192 +99,132 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
             full[s].init(1);
             empty[s].init(kMQAMathThreads);
         }
-        #pragma unroll
-        for (uint32_t s = 0; s < kNumQStages; ++s) {
-            q_full[s].init(1);
-            q_empty[s].init(kMQAMathThreads);
-        }
+        q_full->init(1);
         fence_barrier_init();
     }
     __syncthreads();
 
-    // A persistent CTA walks query blocks blockIdx.x, + gridDim.x, ...; the key blocks of all of them go through one
-    // ring (kv_count: blocks so far), the q tiles through kNumQStages buffers (q_count: tiles so far). Query blocks
-    // without keys load nothing.
-    if (threadIdx.x >= kMQAMathThreads) {
-        // The producer. Its registers go to the math warpgroups' two accumulator sets (setmaxnreg: 128 x 40 +
-        // 256 x 232 <= 64K).
-        warpgroup_reg_dealloc<40>();
-        if (threadIdx.x == kMQAMathThreads) {
+    if (warp_idx == kMQAMathThreads / 32) {
+        // The producer: q once, then the key blocks through the ring.
+        if (lane == 0 and num_kv_blocks > 0) {
             prefetch_tma_descriptor(&tensor_map_q);
             prefetch_tma_descriptor(&tensor_map_kv);
-            uint32_t kv_count = 0, q_count = 0;
-            for (uint32_t qb = blockIdx.x; qb < num_q_blocks; qb += gridDim.x) {
-                uint32_t kv_begin;
-                const uint32_t num_kv_blocks = key_blocks(qb, kv_begin);
-                if (num_kv_blocks == 0)
-                    continue;
-                const uint32_t q_stage = q_count % kNumQStages;
-                q_empty[q_stage].wait(((q_count / kNumQStages) & 1) ^ 1);
-                tma_load_2d(&tensor_map_q, &q_full[q_stage], smem_q + q_stage * N * D, 0,
-                            static_cast<int32_t>(qb * BLOCK_Q * H), kTmaCacheHintEvictNormal);
-                q_full[q_stage].arrive_and_expect_tx(N * D);
-                for (uint32_t b = 0; b < num_kv_blocks; ++b, ++kv_count) {
-                    const uint32_t stage = kv_count % kNumStages;
-                    empty[stage].wait(((kv_count / kNumStages) & 1) ^ 1);
-                    tma_load_2d(&tensor_map_kv, &full[stage], smem_kv + stage * BLOCK_KV * D, 0,
-                                static_cast<int32_t>(kv_begin + b * BLOCK_KV), kTmaCacheHintEvictNormal);
-                    full[stage].arrive_and_expect_tx(BLOCK_KV * D);
-                }
-                ++q_count;
+            tma_load_2d(&tensor_map_q, q_full, smem_q, 0, static_cast<int32_t>(q_begin * H), kTmaCacheHintEvictNormal);
+            q_full->arrive_and_expect_tx(N * D);
+            for (uint32_t b = 0; b < num_kv_blocks; ++b) {
+                const uint32_t stage = b % kNumStages;
+                empty[stage].wait(((b / kNumStages) & 1) ^ 1);
+                tma_load_2d(&tensor_map_kv, &full[stage], smem_kv + stage * BLOCK_KV * D, 0,
+                            static_cast<int32_t>(kv_begin + b * BLOCK_KV), kTmaCacheHintEvictNormal);
+                full[stage].arrive_and_expect_tx(BLOCK_KV * D);
             }
         }
         return;
     }
 
-    // Math warpgroups.
-    warpgroup_reg_alloc<232>();
+    // Math warpgroups. Column n = 8 c + 2 (lane % 4) + x of chunk c is head n % H of query n / H: its weight.
     const uint32_t wg = warp_idx / 4;
-    uint32_t kv_count = 0, q_count = 0;
-    for (uint32_t qb = blockIdx.x; qb < num_q_blocks; qb += gridDim.x) {
-        const uint32_t q_begin = qb * BLOCK_Q;
-        uint32_t kv_begin;
-        const uint32_t num_kv_blocks = key_blocks(qb, kv_begin);
-        // Column n = 8 c + 2 (lane % 4) + x of chunk c is head n % H of query n / H: its weight.
-        float w[kNumChunks][2];
+    float w[kNumChunks][2];
+    #pragma unroll
+    for (uint32_t c = 0; c < kNumChunks; ++c) {
         #pragma unroll
-        for (uint32_t c = 0; c < kNumChunks; ++c) {
-            #pragma unroll
-            for (uint32_t x = 0; x < 2; ++x) {
-                const uint32_t n = 8 * c + 2 * (lane % 4) + x;
-                const uint32_t i = q_begin + n / H;
-                w[c][x] = i < seq_len ? __ldg(weights + static_cast<uint64_t>(i) * weights_stride + n % H) : 0.0f;
-            }
+        for (uint32_t x = 0; x < 2; ++x) {
+            const uint32_t n = 8 * c + 2 * (lane % 4) + x;
+            const uint32_t i = q_begin + n / H;
+            w[c][x] = i < seq_len ? __ldg(weights + static_cast<uint64_t>(i) * weights_stride + n % H) : 0.0f;
         }
-        int32_t q_ks[BLOCK_Q], q_ke[BLOCK_Q];
+    }
+    int32_t q_ks[BLOCK_Q], q_ke[BLOCK_Q];
+    #pragma unroll
+    for (uint32_t q = 0; q < BLOCK_Q; ++q) {
+        const bool valid = q_begin + q < seq_len;
+        q_ks[q] = valid ? __ldg(ks + q_begin + q) : 0;
+        q_ke[q] = valid ? __ldg(ke + q_begin + q) : 0;
+    }
+
+    float accum[MMA::kNumAccum];
+    const uint32_t q_desc_lo = kmajor_sw128_desc_lo(smem_u32(smem_q));
+    if (num_kv_blocks > 0)
+        q_full->wait(0);
+    for (uint32_t b = 0; b < num_kv_blocks; ++b) {
+        const uint32_t stage = b % kNumStages;
+        // This thread's keys: rows lane / 4 and lane / 4 + 8 of its warp's 16 (their scales load under the WGMMAs).
+        const uint32_t key0 = kv_begin + b * BLOCK_KV + wg * 64 + (warp_idx % 4) * 16 + lane / 4;
+        float sf[2];
         #pragma unroll
-        for (uint32_t q = 0; q < BLOCK_Q; ++q) {
-            const bool valid = q_begin + q < seq_len;
-            q_ks[q] = valid ? __ldg(ks + q_begin + q) : 0;
-            q_ke[q] = valid ? __ldg(ke + q_begin + q) : 0;
-        }
+        for (uint32_t r = 0; r < 2; ++r)
+            sf[r] = key0 + 8 * r < seq_len_kv ? __ldg(kv_sf + key0 + 8 * r) : 0.0f;
 
-        // Two accumulator sets: block b + 1's WGMMAs run while block b's sums are reduced and stored. Block b of this
-        // query block is block kv_count + b of the ring.
-        const uint32_t q_stage = q_count % kNumQStages;
-        const uint32_t q_desc_lo = kmajor_sw128_desc_lo(smem_u32(smem_q + q_stage * N * D));
-        // This thread's keys in block b: rows lane / 4 and lane / 4 + 8 of its warp's 16.
-        const auto first_key = [&](uint32_t b) {
-            return kv_begin + b * BLOCK_KV + wg * 64 + (warp_idx % 4) * 16 + lane / 4;
-        };
-        // Wait for block b's stage, load its keys' scales and issue its WGMMAs into `accum` (one commit group).
-        const auto issue = [&](uint32_t b, float (&accum)[MMA::kNumAccum], float (&sf)[2]) {
-            const uint32_t stage = (kv_count + b) % kNumStages;
-            const uint32_t key0 = first_key(b);
-            #pragma unroll
-            for (uint32_t r = 0; r < 2; ++r)
-                sf[r] = key0 + 8 * r < seq_len_kv ? __ldg(kv_sf + key0 + 8 * r) : 0.0f;
-            full[stage].wait(((kv_count + b) / kNumStages) & 1);
-            const uint32_t kv_desc_lo = kmajor_sw128_desc_lo(smem_u32(smem_kv + stage * BLOCK_KV * D + wg * 64 * D));
-            #pragma unroll
-            for (uint32_t i = 0; i < MMA::kNumAccum; ++i)
-                wgmma_fence_operand(accum[i]);
-            wgmma_fence();
-            #pragma unroll
-            for (uint32_t k = 0; k < D / MMA::K; ++k)
-                MMA::mma(kmajor_swizzled_desc<D>(kv_desc_lo + k * MMA::kKBytes / 16),
-                         kmajor_swizzled_desc<D>(q_desc_lo + k * MMA::kKBytes / 16), accum, k > 0);
-            wgmma_commit_group();  // no fence on `accum` here: touching it in flight serialises the WGMMAs (ptxas C7514)
-        };
-        // Block b's WGMMAs are done (waited for): free its stage, reduce the heads and store.
-        const auto consume = [&](uint32_t b, float (&accum)[MMA::kNumAccum], const float (&sf)[2]) {
-            #pragma unroll
-            for (uint32_t i = 0; i < MMA::kNumAccum; ++i)
-                wgmma_fence_operand(accum[i]);
-            empty[(kv_count + b) % kNumStages].arrive();
-            const uint32_t key0 = first_key(b);
-            // sums[r][q]: key row r, query q; this thread's columns, then its quad's.
-            float sums[2][BLOCK_Q];
-            #pragma unroll
-            for (uint32_t r = 0; r < 2; ++r) {
-                #pragma unroll
-                for (uint32_t q = 0; q < BLOCK_Q; ++q) {
-                    float s = 0.0f;
-                    #pragma unroll
-                    for (uint32_t c = q * kChunksPerQuery; c < (q + 1) * kChunksPerQuery; ++c) {
-                        s = fmaf(fmaxf(accum[4 * c + 2 * r], 0.0f), w[c][0], s);
-                        s = fmaf(fmaxf(accum[4 * c + 2 * r + 1], 0.0f), w[c][1], s);
-                    }
-                    s += __shfl_xor_sync(0xffffffff, s, 1);
-                    s += __shfl_xor_sync(0xffffffff, s, 2);
-                    sums[r][q] = s * sf[r];
-                }
-            }
-            // One lane of the quad stores each (key, query): pair p = r * BLOCK_Q + q goes to lane p % 4.
-            #pragma unroll
-            for (uint32_t p = 0; p < 2 * BLOCK_Q; ++p) {
-                const uint32_t r = p / BLOCK_Q, q = p % BLOCK_Q;
-                const uint32_t key = key0 + 8 * r;
-                const int32_t col = Config::kCompressed ? static_cast<int32_t>(key) - q_ks[q] : static_cast<int32_t>(key);
-                const bool in_range = static_cast<int32_t>(key) >= q_ks[q] and static_cast<int32_t>(key) < q_ke[q] and
-                                      key < seq_len_kv and
-                                      (not Config::kCompressed or col < static_cast<int32_t>(max_seqlen_k));
-                if (p % 4 == lane % 4 and q_begin + q < seq_len and in_range) {
-                    const uint64_t offset = static_cast<uint64_t>(q_begin + q) * logits_stride + col;
-                    if constexpr (Config::kOutputBF16)
-                        static_cast<uint16_t*>(logits)[offset] = static_cast<uint16_t>(pack_bf16x2(sums[r][q], 0.0f));
-                    else
-                        static_cast<float*>(logits)[offset] = sums[r][q];
-                }
-            }
-        };
+        full[stage].wait((b / kNumStages) & 1);
+        const uint32_t kv_desc_lo = kmajor_sw128_desc_lo(smem_u32(smem_kv + stage * BLOCK_KV * D + wg * 64 * D));
+        #pragma unroll
+        for (uint32_t i = 0; i < MMA::kNumAccum; ++i)
+            wgmma_fence_operand(accum[i]);
+        wgmma_fence();
+        #pragma unroll
+        for (uint32_t k = 0; k < D / MMA::K; ++k)
+            MMA::mma(kmajor_swizzled_desc<D>(kv_desc_lo + k * MMA::kKBytes / 16),
+                     kmajor_swizzled_desc<D>(q_desc_lo + k * MMA::kKBytes / 16), accum, k > 0);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        #pragma unroll
+        for (uint32_t i = 0; i < MMA::kNumAccum; ++i)
+            wgmma_fence_operand(accum[i]);
+        empty[stage].arrive();
 
-        float accum0[MMA::kNumAccum], accum1[MMA::kNumAccum], sf0[2], sf1[2];
-        if (num_kv_blocks > 0) {
-            q_full[q_stage].wait((q_count / kNumQStages) & 1);
-            issue(0, accum0, sf0);
-            wgmma_wait_group<0>();
-            // Block b is in accum0 (complete), block b + 1 goes to accum1 while b is reduced, then b + 2 to accum0 while
-            // b + 1 is. Each WGMMA batch is waited for (wait 0) after the other set's reduction, never with a set in
-            // flight that is read before its wait: ptxas then keeps the batches asynchronous (ptxas C7514 otherwise).
-            for (uint32_t b = 0; b < num_kv_blocks; b += 2) {
-                const bool second = b + 1 < num_kv_blocks;
-                if (second)
-                    issue(b + 1, accum1, sf1);
-                consume(b, accum0, sf0);
-                wgmma_wait_group<0>();
-                if (not second)
-                    break;
-                const bool third = b + 2 < num_kv_blocks;
-                if (third)
-                    issue(b + 2, accum0, sf0);
-                consume(b + 1, accum1, sf1);
-                wgmma_wait_group<0>();
-            }
-            q_empty[q_stage].arrive();  // every WGMMA reading this q tile is done
-            kv_count += num_kv_blocks;
-            ++q_count;
-        }
-
-        if constexpr (Config::kClean) {
-            // Every column of a query's row outside [ks, ke) becomes -inf (the math threads, row by row, coalesced).
-            const uint32_t t = threadIdx.x;
+        // sums[r][q]: key row r, query q; this thread's columns, then its quad's.
+        float sums[2][BLOCK_Q];
+        #pragma unroll
+        for (uint32_t r = 0; r < 2; ++r) {
             #pragma unroll
             for (uint32_t q = 0; q < BLOCK_Q; ++q) {
-                if (q_begin + q >= seq_len)
-                    break;
-                const uint32_t s = min(static_cast<uint32_t>(max(q_ks[q], 0)), seq_len_kv);
-                const uint32_t e = max(s, min(static_cast<uint32_t>(max(q_ke[q], 0)), seq_len_kv));
-                const uint64_t row = static_cast<uint64_t>(q_begin + q) * logits_stride;
-                #pragma unroll 1
-                for (uint32_t j = t; j < seq_len_kv; j += kMQAMathThreads) {
-                    if (j >= s and j < e)
-                        continue;
-                    if constexpr (Config::kOutputBF16)
-                        static_cast<uint16_t*>(logits)[row + j] = 0xff80u;  // BF16 -inf
-                    else
-                        static_cast<float*>(logits)[row + j] = __int_as_float(0xff800000u);  // -inf
+                float s = 0.0f;
+                #pragma unroll
+                for (uint32_t c = q * kChunksPerQuery; c < (q + 1) * kChunksPerQuery; ++c) {
+                    s = fmaf(fmaxf(accum[4 * c + 2 * r], 0.0f), w[c][0], s);
+                    s = fmaf(fmaxf(accum[4 * c + 2 * r + 1], 0.0f), w[c][1], s);
                 }
+                s += __shfl_xor_sync(0xffffffff, s, 1);
+                s += __shfl_xor_sync(0xffffffff, s, 2);
+                sums[r][q] = s * sf[r];
+            }
+        }
+        // One lane of the quad stores each (key, query): pair p = r * BLOCK_Q + q goes to lane p % 4.
+        #pragma unroll
+        for (uint32_t p = 0; p < 2 * BLOCK_Q; ++p) {
+            const uint32_t r = p / BLOCK_Q, q = p % BLOCK_Q;
+            const uint32_t key = key0 + 8 * r;
+            const int32_t col = Config::kCompressed ? static_cast<int32_t>(key) - q_ks[q] : static_cast<int32_t>(key);
+            const bool in_range = static_cast<int32_t>(key) >= q_ks[q] and static_cast<int32_t>(key) < q_ke[q] and
+                                  key < seq_len_kv and (not Config::kCompressed or col < static_cast<int32_t>(max_seqlen_k));
+            if (p % 4 == lane % 4 and q_begin + q < seq_len and in_range) {
+                const uint64_t offset = static_cast<uint64_t>(q_begin + q) * logits_stride + col;
+                if constexpr (Config::kOutputBF16)
+                    static_cast<uint16_t*>(logits)[offset] = static_cast<uint16_t>(pack_bf16x2(sums[r][q], 0.0f));
+                else
+                    static_cast<float*>(logits)[offset] = sums[r][q];
+            }
+        }
+    }
+
+    if constexpr (Config::kClean) {
+        // Every column of a query's row outside [ks, ke) becomes -inf (the math threads, row by row, coalesced).
+        const uint32_t t = threadIdx.x;
+        #pragma unroll
+        for (uint32_t q = 0; q < BLOCK_Q; ++q) {
+            if (q_begin + q >= seq_len)
+                break;
+            const uint32_t s = min(static_cast<uint32_t>(max(q_ks[q], 0)), seq_len_kv);
+            const uint32_t e = max(s, min(static_cast<uint32_t>(max(q_ke[q], 0)), seq_len_kv));
+            const uint64_t row = static_cast<uint64_t>(q_begin + q) * logits_stride;
+            #pragma unroll 1
+            for (uint32_t j = t; j < seq_len_kv; j += kMQAMathThreads) {
+                if (j >= s and j < e)
+                    continue;
+                if constexpr (Config::kOutputBF16)
+                    static_cast<uint16_t*>(logits)[row + j] = 0xff80u;  // BF16 -inf
+                else
+                    static_cast<float*>(logits)[row + j] = __int_as_float(0xff800000u);  // -inf
             }
         }
     }
