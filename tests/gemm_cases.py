@@ -703,14 +703,16 @@ def mqa_reference(q, kv, kv_sf, weights, ks, ke):
 
 @dataclass
 class LogitsCase(PackCase):
-    """One cleaned MQA logits call: -inf exactly outside the ranges, the rest against the FP32 reference."""
+    """One MQA logits call: the `inside` columns against the FP32 reference, and with `clean` -inf exactly outside."""
     inside: Optional[torch.Tensor] = None
+    clean: bool = True
 
     def check(self) -> None:
         torch.cuda.synchronize(self.expected.device)
         got, inside = self.result, self.inside
         assert got is not None and got.shape == self.expected.shape, f"{self.desc}: shape"
-        assert torch.equal(got == float("-inf"), ~inside), f"{self.desc}: -inf not exactly outside the ranges"
+        if self.clean:
+            assert torch.equal(got == float("-inf"), ~inside), f"{self.desc}: -inf not exactly outside the ranges"
         diff = calc_diff(got.float().masked_fill(~inside, 0), self.expected.masked_fill(~inside, 0))
         assert diff < 1e-6, f"{self.desc}: calc_diff {diff}"
 
@@ -722,6 +724,57 @@ def build_mqa_logits(p: dict, device, seed: int) -> LogitsCase:
     expected, inside = mqa_reference(*inputs)
     return LogitsCase(f"mqa logits {p}", lambda: deep_gemm.fp8_fp4_mqa_logits((q, None), (kv, kv_sf), weights, ks, ke),
                       expected, inside=inside)
+
+
+# ---- fp8_fp4_paged_mqa_logits (decode over a paged FP8 KV cache; it allocates its output)
+
+def paged_mqa_inputs(batch: int, next_n: int, heads: int, max_blocks: int, device, seed: int):
+    """(q, kv_cache, weights, context_lens, block_table) with contexts 0, 1, 63, 64, 65, a full table and random
+    ones; cache blocks shuffled; table entries past a context left -1 (never read)."""
+    gen = _gen(device, seed)
+    q = torch.randn((batch, next_n, heads, 128), device=device, generator=gen).to(torch.float8_e4m3fn)
+    num_blocks = batch * max_blocks
+    values = torch.randn((num_blocks, 64, 128), device=device, generator=gen).to(torch.float8_e4m3fn)
+    scales = torch.rand((num_blocks, 64), device=device, generator=gen) + 0.5
+    kv_cache = torch.cat([values.view(num_blocks, -1).view(torch.uint8), scales.view(torch.uint8)], dim=1)
+    kv_cache = kv_cache.view(num_blocks, 64, 1, 132)
+    weights = torch.randn((batch * next_n, heads), device=device, generator=gen)
+    last = torch.randint(0, max_blocks * 64 + 1, (batch,), device=device, generator=gen, dtype=torch.int32)
+    for i, n in enumerate([0, 1, 63, 64, 65, max_blocks * 64][:batch]):
+        last[i] = n
+    context_lens = torch.stack([torch.clamp(last - (next_n - 1 - j), min=0) for j in range(next_n)], dim=1).int()
+    table = torch.randperm(num_blocks, device=device, generator=gen).int().view(batch, max_blocks)
+    blocks_used = (last.long() + 63) // 64
+    table[torch.arange(max_blocks, device=device)[None, :] >= blocks_used[:, None]] = -1
+    return q, kv_cache, weights, context_lens, table
+
+
+def paged_mqa_reference(q, kv_cache, weights, context_lens, block_table):
+    """(FP32 logits [B x next_n, max_blocks x 64] of the FP8 values, the mask of written columns)."""
+    batch, next_n, heads, _ = q.shape
+    blocks = kv_cache.view(kv_cache.shape[0], -1)
+    values = blocks[:, :64 * 128].contiguous().view(torch.float8_e4m3fn).view(-1, 64, 128).float()
+    scales = blocks[:, 64 * 128:].contiguous().view(torch.float32).view(-1, 64)
+    table = block_table.clamp(min=0).long()
+    kv = values[table].view(batch, -1, 128)                    # [B, tokens, 128]
+    sf = scales[table].view(batch, -1)
+    score = torch.einsum("bjhd,btd->bjht", q.float(), kv).relu()
+    logits = torch.einsum("bjht,bjh->bjt", score, weights.view(batch, next_n, heads)) * sf[:, None, :]
+    tokens = torch.arange(kv.shape[1], device=q.device)
+    written = tokens[None, None, :] < context_lens[:, :, None]
+    return logits.reshape(batch * next_n, -1), written.reshape(batch * next_n, -1)
+
+
+def build_paged_mqa_logits(p: dict, device, seed: int) -> LogitsCase:
+    """p: batch, next_n, heads, max_blocks; the columns past each query's context are not compared."""
+    q, kv_cache, weights, context_lens, table = paged_mqa_inputs(p["batch"], p["next_n"], p["heads"], p["max_blocks"],
+                                                                 device, seed)
+    expected, written = paged_mqa_reference(q, kv_cache, weights, context_lens, table)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(context_lens, 64, 8)
+    return LogitsCase(f"paged mqa logits {p}",
+                      lambda: deep_gemm.fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, context_lens, table,
+                                                                 meta, p["max_blocks"] * 64),
+                      expected, inside=written, clean=False)
 
 
 # ---- bf16_gemm_nt in the four operand layouts (nt / nn / tn / tt)

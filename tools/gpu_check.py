@@ -22,7 +22,8 @@ import subprocess
 import sys
 
 from deep_gemm.runtime import VARIANTS, variants_on
-from tests.gemm_cases import SPEC_BY_NAME, build_mqa_logits, build_pack, build_pack_k_grouped, build_psum
+from tests.gemm_cases import (SPEC_BY_NAME, build_mqa_logits, build_pack, build_pack_k_grouped,
+                              build_paged_mqa_logits, build_psum)
 
 STAGES = ("tests", "sanitizer", "bench")
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
@@ -53,6 +54,8 @@ _LISTED = {
     "pack_ue8m0_k_grouped": [dict(ks=[512, 1024, 0, 128], gran_k=128, mn=4100), dict(ks=[64, 96], gran_k=32, mn=7)],
     "mqa_logits": [dict(seq_len=67, seq_len_kv=300, heads=64, head_dim=128),
                    dict(seq_len=1, seq_len_kv=1, heads=32, head_dim=32)],
+    "paged_mqa_logits": [dict(batch=9, next_n=2, heads=64, max_blocks=7), dict(batch=3, next_n=1, heads=32,
+                                                                             max_blocks=1)],
 }
 PROBLEMS = dict({v.name: [SPEC_BY_NAME[v.public_name].small] for v in VARIANTS
                  if v.name in FAMILIES and v.public_name in SPEC_BY_NAME}, **_LISTED)
@@ -60,7 +63,7 @@ PROBLEMS = dict({v.name: [SPEC_BY_NAME[v.public_name].small] for v in VARIANTS
 # (by public name), the others through their own builders.
 BUILDERS = dict({v.name: SPEC_BY_NAME[v.public_name].build for v in VARIANTS if v.public_name in SPEC_BY_NAME},
                 psum=build_psum, pack_ue8m0=build_pack, pack_ue8m0_k_grouped=build_pack_k_grouped,
-                mqa_logits=build_mqa_logits)
+                mqa_logits=build_mqa_logits, paged_mqa_logits=build_paged_mqa_logits)
 # Forced dense configs for the sanitizer: 2-CTA multicast, a tile straddling two RHS scale blocks, ragged k.
 FORCED = [("1024x4096x1024", "256x128:mcA"), ("130x2104x576", "128x192"), ("65x2104x208", "64x112")]
 

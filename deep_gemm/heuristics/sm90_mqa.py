@@ -44,3 +44,35 @@ def get_mqa_logits_config(heads: int, head_dim: int) -> MQAConfig:
 def mqa_grid(seq_len: int, config: MQAConfig) -> int:
     """CTAs of a call: one per block of queries."""
     return ceil_div(seq_len, config.block_q)
+
+
+# ---- The paged form (include/deep_gemm/sm90/fp8_paged_mqa_logits.cuh): a cache block holds 64 tokens of 128 FP8
+# values and their 64 FP32 scales; work items are PAGED_SPLIT_BLOCKS blocks of one batch (the metadata's unit).
+PAGED_BLOCK_TOKENS = 64
+PAGED_HEAD_DIM = 128
+PAGED_NEXT_NS = (1, 2)
+PAGED_SPLIT_BLOCKS = 4
+PAGED_ITEM_TOKENS = PAGED_SPLIT_BLOCKS * PAGED_BLOCK_TOKENS
+
+
+@dataclass(frozen=True)
+class PagedMQAConfig:
+    split_blocks: int
+    num_stages: int
+    smem_size: int
+    num_threads: int
+
+
+def paged_mqa_smem_size(heads: int, next_n: int, num_stages: int) -> int:
+    """Mirror of `paged_mqa_logits_smem_size` in the kernel header (the kernel asserts equality)."""
+    n = next_n * heads
+    return 2 * n * PAGED_HEAD_DIM + num_stages * 2 * PAGED_BLOCK_TOKENS * PAGED_HEAD_DIM + (2 * num_stages + 4) * 8
+
+
+@functools.lru_cache(maxsize=64)
+def get_paged_mqa_logits_config(heads: int, next_n: int) -> PagedMQAConfig:
+    if heads not in HEAD_COUNTS or next_n not in PAGED_NEXT_NS:
+        raise ValueError(f"paged MQA logits on SM90 take heads in {HEAD_COUNTS} and next_n in {PAGED_NEXT_NS}, got "
+                         f"{heads}, {next_n}")
+    stages = next(s for s in range(MAX_STAGES, 0, -1) if paged_mqa_smem_size(heads, next_n, s) <= SMEM_BUDGET)
+    return PagedMQAConfig(PAGED_SPLIT_BLOCKS, stages, paged_mqa_smem_size(heads, next_n, stages), 256 + 128)

@@ -7,20 +7,24 @@ its epilogue (no copy, no second kernel).
 
 `fp8_fp4_mqa_logits` / `fp8_mqa_logits` are the indexer's prefill logits: for query i and key j in [ks[i], ke[i]),
 logits[i, j] = sum_h weights[i, h] * ReLU(q[i, h] . kv[j]) * kv_sf[j], one kernel (its own family) that also writes
--inf outside the ranges when asked to.
+-inf outside the ranges when asked to. `fp8_fp4_paged_mqa_logits` / `fp8_paged_mqa_logits` are the decode form over a
+paged FP8 KV cache, scheduled by `get_paged_mqa_logits_metadata`.
 """
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
+from ..heuristics.sm90_mqa import PAGED_BLOCK_TOKENS, PAGED_ITEM_TOKENS
 from ..runtime import Op, call
 from ..utils.math import align
 from .v2 import _TOKEN, _BLOCK, _check_compiled_dims, _check_flag, _granularities, _pair
 
-__all__ = ["fp8_gemm_nt_skip_head_mid", "fp8_fp4_mqa_logits", "fp8_mqa_logits"]
+__all__ = ["fp8_gemm_nt_skip_head_mid", "fp8_fp4_mqa_logits", "fp8_mqa_logits", "get_paged_mqa_logits_metadata",
+           "fp8_fp4_paged_mqa_logits", "fp8_paged_mqa_logits"]
 
 _SKIP_HEAD_MID = int(Op.SKIP_HEAD_MID)
 _MQA_LOGITS = int(Op.MQA_LOGITS)
+_PAGED_MQA_LOGITS = int(Op.PAGED_MQA_LOGITS)
 # Logits rows are allocated this many elements apart at least (DeepGEMM's 256-column alignment).
 LOGITS_ROW_ALIGNMENT = 256
 
@@ -93,3 +97,78 @@ def fp8_mqa_logits(q, kv: Tuple[torch.Tensor, torch.Tensor], weights: torch.Tens
                    max_seqlen_k: int = 0) -> torch.Tensor:
     """`fp8_fp4_mqa_logits` with FP32 logits (DeepGEMM's older name)."""
     return fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k)
+
+
+def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int,
+                                  indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The schedule of `fp8_fp4_paged_mqa_logits` (DeepGEMM's signature): int32 [num_sms + 1, 2] on context_lens'
+    device, row s = (batch, item) where CTA s starts, an item being 256 tokens of one batch (its longest next-n
+    context, context_lens[:, -1]); the work is split evenly over the num_sms CTAs, the last row the end (B, 0).
+    Computed on the device by a few PyTorch kernels (no host synchronisation; capturable in a CUDA graph).
+    SM90: context_lens int32 [B, next_n], block_kv 64; `indices` (varlen) is SM100-only."""
+    if indices is not None:
+        raise ValueError("indices: varlen paged MQA logits are SM100-only in DeepGEMM")
+    if block_kv != PAGED_BLOCK_TOKENS:
+        raise ValueError(f"block_kv must be {PAGED_BLOCK_TOKENS} on SM90, got {block_kv!r}")
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or num_sms < 1:
+        raise ValueError(f"num_sms must be an int >= 1, got {num_sms!r}")
+    if not isinstance(context_lens, torch.Tensor) or context_lens.dtype != torch.int32 or context_lens.dim() != 2:
+        raise ValueError(f"context_lens must be an int32 [B, next_n] tensor, got "
+                         f"{getattr(context_lens, 'dtype', type(context_lens).__name__)} "
+                         f"{tuple(getattr(context_lens, 'shape', ()))}")
+    items = (context_lens[:, -1].clamp(min=0).long() + PAGED_ITEM_TOKENS - 1) // PAGED_ITEM_TOKENS
+    ends = torch.cumsum(items, 0)
+    total = ends[-1:] if ends.numel() else torch.zeros(1, dtype=torch.long, device=context_lens.device)
+    starts = torch.arange(num_sms + 1, device=context_lens.device) * total // num_sms
+    batch = torch.searchsorted(ends, starts, right=True)
+    first = torch.cat([torch.zeros(1, dtype=torch.long, device=ends.device), ends])[batch]
+    return torch.stack([batch, starts - first], dim=1).int()
+
+
+def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
+                             block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
+                             clean_logits: bool = False, logits_dtype: torch.dtype = torch.float32,
+                             indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Paged MQA logits of the DeepSeek-V3.2 indexer at decode (DeepGEMM's signature): for batch b, next-n query j
+    and cached token t < context_lens[b, j], logits[b * next_n + j, t] = sum_h weights[b * next_n + j, h] *
+    ReLU(q[b, j, h] . kv[t]) * scale[t], token t being row t % 64 of cache block block_table[b, t // 64].
+
+    q: (q [B, next_n, H, 128] float8_e4m3fn, None) or the tensor alone (next_n 1 or 2, H 32 or 64); kv_cache [blocks,
+    64, 1, 132] uint8, each block 64 x 128 FP8 values then their 64 FP32 scales; weights [B x next_n, H] float32;
+    context_lens [B, next_n] int32; block_table [B, max_blocks] int32; schedule_meta from
+    get_paged_mqa_logits_metadata. Returns logits [B x next_n, max_context_len] (float32, or bfloat16 with
+    `logits_dtype`), a view of 256-column-aligned rows; columns at or past a query's context are not written. SM90
+    here: `clean_logits` (writing -inf there), FP4 inputs and `indices` (varlen) are refused."""
+    if isinstance(q, (tuple, list)):
+        if len(q) != 2:
+            raise TypeError(f"q must be a tensor or a (tensor, None) pair, got a sequence of {len(q)}")
+        q, q_sf = q
+        if q_sf is not None:
+            raise ValueError("q: FP4 queries with scales are SM100-only in DeepGEMM; SM90 takes (q_fp8, None)")
+    if indices is not None:
+        raise ValueError("indices: varlen paged MQA logits are SM100-only in DeepGEMM")
+    _check_flag(clean_logits, "clean_logits")
+    if clean_logits:
+        raise ValueError("clean_logits=True is not implemented for the paged form on SM90 here (DeepGEMM's SM90 test "
+                         "runs it with False); mask columns at or past context_lens instead")
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise TypeError(f"q must be a 4-D [B, next_n, heads, head_dim] tensor, got {getattr(q, 'shape', type(q))}")
+    if isinstance(weights, torch.Tensor) and weights.dtype == torch.bfloat16:
+        raise ValueError("weights: BF16 weights are SM100-only in DeepGEMM; SM90 takes float32")
+    if logits_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype}")
+    if isinstance(max_context_len, bool) or not isinstance(max_context_len, int) or max_context_len < 0:
+        raise ValueError(f"max_context_len must be an int >= 0, got {max_context_len!r}")
+    rows = q.shape[0] * q.shape[1]
+    logits = torch.empty((rows, align(max(max_context_len, 1), LOGITS_ROW_ALIGNMENT)), dtype=logits_dtype,
+                         device=q.device)[:, :max_context_len]
+    call(_PAGED_MQA_LOGITS, q, kv_cache, weights, context_lens, block_table, schedule_meta, logits)
+    return logits
+
+
+def fp8_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
+                         block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
+                         clean_logits: bool = False) -> torch.Tensor:
+    """`fp8_fp4_paged_mqa_logits` with FP32 logits (DeepGEMM's older name)."""
+    return fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                                    clean_logits)

@@ -47,3 +47,44 @@ def test_public_op_refuses_sm100_only_forms():
         deep_gemm.fp8_fp4_mqa_logits(a["q"], kv, a["weights"], a["ks"], a["ke"], logits_dtype=torch.float16)
     with pytest.raises(ValueError, match="max_seqlen_k"):
         deep_gemm.fp8_fp4_mqa_logits(a["q"], kv, a["weights"], a["ks"], a["ke"], max_seqlen_k=-2)
+
+
+def _paged_args(batch=3, next_n=2, heads=64):
+    return dict(q=torch.zeros((batch, next_n, heads, 128), dtype=torch.float8_e4m3fn),
+                kv_cache=torch.zeros((6, 64, 1, 132), dtype=torch.uint8), weights=torch.ones(batch * next_n, heads),
+                context_lens=torch.ones(batch, next_n, dtype=torch.int32),
+                block_table=torch.zeros(batch, 2, dtype=torch.int32), schedule_meta=torch.zeros(9, 2, dtype=torch.int32),
+                logits=torch.empty(batch * next_n, 128))
+
+
+@pytest.mark.parametrize("change,exc,name", [
+    (dict(q=torch.zeros((3, 3, 64, 128), dtype=torch.float8_e4m3fn)), ValueError, "next_n"),
+    (dict(q=torch.zeros((3, 2, 64, 64), dtype=torch.float8_e4m3fn)), ValueError, "head dim"),
+    (dict(kv_cache=torch.zeros((6, 32, 1, 132), dtype=torch.uint8)), ValueError, "kv_cache"),
+    (dict(context_lens=torch.ones(3, dtype=torch.int32)), ValueError, "context_lens"),
+    (dict(block_table=torch.zeros(2, 2, dtype=torch.int32)), ValueError, "block_table"),
+    (dict(schedule_meta=torch.zeros(9, 3, dtype=torch.int32)), ValueError, "schedule_meta"),
+    (dict(logits=torch.empty(5, 128)), ValueError, "logits"),
+    (dict(weights=torch.ones(6, 32)), ValueError, "weights"),
+])
+def test_paged_refusals_name_the_argument(change, exc, name):
+    from deep_gemm.families.sm90_fp8_paged_mqa_logits import normalise as paged_normalise
+    args = _paged_args()
+    args.update(change)
+    with pytest.raises(exc, match=name):
+        paged_normalise(*args.values())
+
+
+def test_paged_metadata_splits_the_items_evenly():
+    # Items of 256 tokens per batch (its last next-n context): 2, 0, 3, 1 -> 6 items over 4 CTAs.
+    ctx = torch.tensor([[10, 300], [0, 0], [600, 700], [5, 1]], dtype=torch.int32)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(ctx, 64, 4)
+    assert meta.tolist() == [[0, 0], [0, 1], [2, 1], [2, 2], [4, 0]]  # items 0, 1, 3, 4 of (batch, item); end (B, 0)
+    with pytest.raises(ValueError, match="indices"):
+        deep_gemm.get_paged_mqa_logits_metadata(ctx, 64, 4, indices=torch.zeros(4, dtype=torch.int32))
+    with pytest.raises(ValueError, match="block_kv"):
+        deep_gemm.get_paged_mqa_logits_metadata(ctx, 32, 4)
+    a = _paged_args()
+    with pytest.raises(ValueError, match="clean_logits"):
+        deep_gemm.fp8_fp4_paged_mqa_logits(a["q"], a["kv_cache"], a["weights"], a["context_lens"], a["block_table"],
+                                           a["schedule_meta"], 128, clean_logits=True)

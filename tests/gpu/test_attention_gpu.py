@@ -9,7 +9,7 @@ import torch
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
-from gemm_cases import build_skip_head_mid, mqa_inputs, mqa_reference
+from gemm_cases import build_skip_head_mid, mqa_inputs, mqa_reference, paged_mqa_inputs, paged_mqa_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -109,3 +109,43 @@ def test_mqa_logits_refusals():
         deep_gemm.fp8_fp4_mqa_logits(q, (kv, kv_sf), weights, ks, ke, clean_logits=True, max_seqlen_k=8)
     with pytest.raises(ValueError, match="cu_seq_len_k_end"):
         deep_gemm.fp8_fp4_mqa_logits(q, (kv, kv_sf), weights, ks, ke[:3])
+
+
+@pytest.mark.parametrize("heads", [32, 64])
+@pytest.mark.parametrize("next_n", [1, 2])
+@pytest.mark.parametrize("batch,max_blocks,num_sms", [(9, 7, 132), (40, 3, 5), (1, 1, 132)])
+def test_paged_mqa_logits(heads, next_n, batch, max_blocks, num_sms):
+    q, kv_cache, weights, context_lens, table = paged_mqa_inputs(batch, next_n, heads, max_blocks,
+                                                                 torch.device("cuda"), heads + next_n + batch)
+    ref, written = paged_mqa_reference(q, kv_cache, weights, context_lens, table)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(context_lens, 64, num_sms)
+    assert meta.shape == (num_sms + 1, 2) and meta.dtype == torch.int32
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, context_lens, table, meta,
+                                                    max_blocks * 64, logits_dtype=dtype)
+        assert logits.shape == (batch * next_n, max_blocks * 64) and logits.dtype == dtype
+        got = logits.float().masked_fill(~written, 0)
+        assert torch.isfinite(got).all()
+        assert calc_diff(got, ref.masked_fill(~written, 0)) < (1e-5 if dtype == torch.bfloat16 else 1e-6), dtype
+        again = deep_gemm.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, table, meta, max_blocks * 64,
+                                                    logits_dtype=dtype)
+        assert torch.equal(again.masked_fill(~written, 0), logits.masked_fill(~written, 0)), "not reproducible"
+
+
+def test_paged_mqa_logits_cuda_graph():
+    q, kv_cache, weights, context_lens, table = paged_mqa_inputs(16, 2, 64, 5, torch.device("cuda"), 3)
+    meta = deep_gemm.get_paged_mqa_logits_metadata(context_lens, 64, deep_gemm.get_num_sms())
+    deep_gemm.fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, table, meta, 320)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph):
+            meta_g = deep_gemm.get_paged_mqa_logits_metadata(context_lens, 64, deep_gemm.get_num_sms())
+            out = deep_gemm.fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, table, meta_g, 320)
+    q2, kv2, w2, ctx2, table2 = paged_mqa_inputs(16, 2, 64, 5, torch.device("cuda"), 4)
+    for dst, src in ((q, q2), (kv_cache, kv2), (weights, w2), (context_lens, ctx2), (table, table2)):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref, written = paged_mqa_reference(q, kv_cache, weights, context_lens, table)
+    assert calc_diff(out.masked_fill(~written, 0), ref.masked_fill(~written, 0)) < 1e-6

@@ -1,12 +1,13 @@
-"""The MQA logits kernel (include/deep_gemm/sm90/fp8_mqa_logits.cuh) compiles for sm_90a on the CPU for every SM90
-head count, head dim and output form, with one N = 128 e4m3 WGMMA per 32 of the head dim, the swizzle its rows
-need, and no register spills."""
+"""The MQA logits kernels compile for sm_90a on the CPU: the prefill one (include/deep_gemm/sm90/fp8_mqa_logits.cuh)
+for every SM90 head count, head dim and output form, with one N = 128 e4m3 WGMMA per 32 of the head dim and no
+register spills, and the paged one (fp8_paged_mqa_logits.cuh) for every head count and next_n, N = next_n x heads."""
 import re
 
 import pytest
 
+from deep_gemm.families import sm90_fp8_paged_mqa_logits as paged
 from deep_gemm.families.sm90_fp8_mqa_logits import MQAKind, kernel_source
-from deep_gemm.heuristics.sm90_mqa import HEAD_COUNTS, HEAD_DIMS, get_mqa_logits_config
+from deep_gemm.heuristics.sm90_mqa import HEAD_COUNTS, HEAD_DIMS, get_mqa_logits_config, get_paged_mqa_logits_config
 from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler
 
 ARCH = "sm_90a"
@@ -52,3 +53,18 @@ def test_mqa_nvcc_compiles():
     kind = MQAKind(64, 128, False, True, False)
     source = kernel_source(kind, get_mqa_logits_config(64, 128))
     assert NVCCCompiler().compile(source.code(), ARCH).cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("heads", HEAD_COUNTS)
+@pytest.mark.parametrize("next_n", [1, 2])
+def test_paged_mqa_compiles(heads, next_n):
+    kind = paged.PagedKind(heads, next_n, next_n == 2)
+    config = get_paged_mqa_logits_config(heads, next_n)
+    result = NVRTCCompiler().compile(paged.kernel_source(kind, config).code(), ARCH, want_ptx=True,
+                                     ptxas_verbose=True)
+    assert b"paged_mqa_logits" in result.cubin  # DeepGEMM's test profiles by the name
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32\.f32\.e4m3\.e4m3 [^;]*;", result.ptx)
+    assert len(mma) == 4 and set(mma) == {str(next_n * heads)}
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), result.log
+    assert "ld.local" not in result.ptx and "st.local" not in result.ptx and "C7514" not in result.log
