@@ -50,8 +50,9 @@ VARIABLES: Tuple[Variable, ...] = (
              "Fail a compile with CompileError when ptxas reports local-memory spills or a stack frame "
              "(implies ptxas -v)."),
     Variable("DG_SM100_SELFTEST", "sm100_selftest", "1", True,
-             "Before the first launch of an sm100 kernel family on a device, run it on small problems against a "
-             "reference and raise SelfTestError if it is wrong (deep_gemm/selftest.py); 0 skips the check."),
+             "Before the first launch of an sm100 kernel family (or of a Hopper kernel not yet run on a GPU: the "
+             "paged MQA logits) on a device, run it on small problems against a reference and raise SelfTestError "
+             "if it is wrong (deep_gemm/selftest.py); 0 skips the check."),
 )
 
 

@@ -140,6 +140,12 @@ def k_split_count(m: int, n: int, batches: int, k: int, device_index: int, clust
     return _k_split_count(m, n, batches, k, device_index, device.get_num_sms(device_index), clusters_fit)
 
 
+def paged_mqa_logits_schedule(context_lens, num_ctas: int):
+    """The schedule metadata the paged MQA logits family walks (`get_paged_mqa_logits_metadata`,
+    deep_gemm/ops/attention.py): int32 [num_ctas + 1, 2] on context_lens' device."""
+    return sm90_fp8_paged_mqa_logits.schedule_metadata(context_lens, num_ctas)
+
+
 def get_launch_path() -> str:
     """How calls reach the GPU: always through "deep_gemm._C" (the C++ module built at install time; there is no
     other launch path, and importing deep_gemm fails if it is missing), with how that build reads tensors:

@@ -2,16 +2,17 @@
 attention indexer at decode: FP8 q against an FP8 KV cache of 64-token blocks with in-block scales, through a block
 table, scheduled by `get_paged_mqa_logits_metadata`): validation of a call's arguments into a layout, the kernel
 configuration, and the `_C` plan."""
+import functools
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .. import jit, log
+from .. import jit, log, selftest
 from ..device import get_device_arch, get_num_sms
 from ..envs import read_env
-from ..heuristics.sm90_mqa import (HEAD_COUNTS, PAGED_BLOCK_TOKENS, PAGED_HEAD_DIM, PAGED_NEXT_NS, PagedMQAConfig,
-                                   get_paged_mqa_logits_config)
+from ..heuristics.sm90_mqa import (HEAD_COUNTS, PAGED_BLOCK_TOKENS, PAGED_HEAD_DIM, PAGED_ITEM_TOKENS, PAGED_NEXT_NS,
+                                   PagedMQAConfig, get_paged_mqa_logits_config)
 from ..jit.runtime import ensure_context
 from . import checks
 from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, launch, make_plan, noop_plan
@@ -77,7 +78,86 @@ class Operands:
     logits_stride: int
 
 
+def schedule_metadata(context_lens: torch.Tensor, num_ctas: int) -> torch.Tensor:
+    """int32 [num_ctas + 1, 2]: row c = (batch, item) where CTA c starts, items being PAGED_ITEM_TOKENS tokens of one
+    batch's longest context (context_lens[:, -1]) split evenly over the CTAs; the last row (B, 0). Device-side
+    PyTorch ops only (no host synchronisation)."""
+    items = (context_lens[:, -1].clamp(min=0).long() + PAGED_ITEM_TOKENS - 1) // PAGED_ITEM_TOKENS
+    ends = torch.cumsum(items, 0)
+    total = ends[-1:] if ends.numel() else torch.zeros(1, dtype=torch.long, device=context_lens.device)
+    starts = torch.arange(num_ctas + 1, device=context_lens.device) * total // num_ctas
+    batch = torch.searchsorted(ends, starts, right=True)
+    first = torch.cat([torch.zeros(1, dtype=torch.long, device=ends.device), ends])[batch]
+    return torch.stack([batch, starts - first], dim=1).int()
+
+
+def reference(q, kv_cache, weights, context_lens, block_table) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(FP32 logits [B x next_n, max_blocks x 64] of the FP8 values, the mask of the columns a call writes)."""
+    batch, next_n, heads, _ = q.shape
+    blocks = kv_cache.view(kv_cache.shape[0], -1)
+    values = blocks[:, :PAGED_BLOCK_TOKENS * PAGED_HEAD_DIM].contiguous().view(torch.float8_e4m3fn).float()
+    scales = blocks[:, PAGED_BLOCK_TOKENS * PAGED_HEAD_DIM:].contiguous().view(torch.float32)
+    table = block_table.clamp(min=0).long()
+    kv = values.view(-1, PAGED_BLOCK_TOKENS, PAGED_HEAD_DIM)[table].view(batch, -1, PAGED_HEAD_DIM)
+    sf = scales.view(-1, PAGED_BLOCK_TOKENS)[table].view(batch, -1)
+    score = torch.einsum("bjhd,btd->bjht", q.float(), kv).relu()
+    logits = torch.einsum("bjht,bjh->bjt", score, weights.view(batch, next_n, heads)) * sf[:, None, :]
+    written = torch.arange(kv.shape[1], device=q.device)[None, None, :] < context_lens[:, :, None]
+    return logits.reshape(batch * next_n, -1), written.reshape(batch * next_n, -1)
+
+
+# The first-use self-test (deep_gemm/selftest.py): this kernel was written and compile-tested without a GPU run, so
+# before its first launch on a device it runs these problems (heads, next_n, BF16 logits; 5 batches of up to 5 cache
+# blocks over 7 CTAs: empty, partial, one-token and full contexts, items split across CTAs) against `reference`.
+SELFTEST_KINDS = ((64, 2, False), (32, 1, True))
+SELFTEST_BOUND = {False: 1e-6, True: 1e-5}
+
+
+def _self_test(device: torch.device) -> List[selftest.CaseResult]:
+    results = []
+    gen = torch.Generator(device=device).manual_seed(34)
+    for heads, next_n, bf16 in SELFTEST_KINDS:
+        batch, max_blocks = 5, 5
+        problem = f"paged mqa logits heads={heads} next_n={next_n} {'bf16' if bf16 else 'fp32'}"
+        q = torch.randn((batch, next_n, heads, PAGED_HEAD_DIM), device=device, generator=gen).to(torch.float8_e4m3fn)
+        values = torch.randn((batch * max_blocks, PAGED_BLOCK_TOKENS * PAGED_HEAD_DIM), device=device, generator=gen)
+        scales = torch.rand((batch * max_blocks, PAGED_BLOCK_TOKENS), device=device, generator=gen) + 0.5
+        kv_cache = torch.cat([values.to(torch.float8_e4m3fn).view(torch.uint8), scales.view(torch.uint8)], dim=1)
+        kv_cache = kv_cache.view(batch * max_blocks, PAGED_BLOCK_TOKENS, 1, PAGED_HEAD_DIM + 4)
+        weights = torch.randn((batch * next_n, heads), device=device, generator=gen)
+        last = torch.tensor([0, 1, 65, 300, max_blocks * PAGED_BLOCK_TOKENS], dtype=torch.int32, device=device)
+        context_lens = torch.stack([torch.clamp(last - (next_n - 1 - j), min=0) for j in range(next_n)], 1).int()
+        table = torch.randperm(batch * max_blocks, device=device, generator=gen).int().view(batch, max_blocks)
+        meta = schedule_metadata(context_lens, 7)
+        width = max_blocks * PAGED_BLOCK_TOKENS
+        logits = torch.full((batch * next_n, width), float("nan"), device=device,
+                            dtype=torch.bfloat16 if bf16 else torch.float32)
+        layout = normalise(q, kv_cache, weights, context_lens, table, meta, logits)
+        layout.family = FAMILY
+        layout.run(q, kv_cache, weights, context_lens, table, meta, logits)
+        finished = torch.cuda.Event()
+        finished.record()
+        if not selftest.wait_for(finished.query):
+            results.append(selftest.CaseResult(problem, float("inf"), SELFTEST_BOUND[bf16],
+                                               f"did not finish within {selftest.TIMEOUT_S:g} s (hung)"))
+            break
+        ref, written = reference(q, kv_cache, weights, context_lens, table)
+        got = logits.float()
+        if not bool(torch.isfinite(got[written]).all()):
+            results.append(selftest.CaseResult(problem, float("inf"), SELFTEST_BOUND[bf16],
+                                               "NaN/Inf or unwritten elements inside the contexts"))
+            continue
+        x, y = got.masked_fill(~written, 0).double(), ref.masked_fill(~written, 0).double()
+        diff = float(1 - 2 * (x * y).sum() / (x * x + y * y).sum().clamp(min=1e-30))
+        results.append(selftest.CaseResult(problem, diff, SELFTEST_BOUND[bf16],
+                                           None if bool(torch.isnan(got[~written]).all()) else
+                                           "wrote columns past a context"))
+    return results
+
+
 def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: str):
+    selftest.ensure(device_index, "paged_mqa_logits", functools.partial(_self_test, torch.device("cuda", device_index)),
+                    what="Hopper paged MQA logits kernel (not yet run on a GPU when written)")
     kernel = _kernel(ops.kind, device_index, arch)
     cfg, n = kernel.config, ops.kind.next_n * ops.kind.heads
     params = ParamBuffer(PARAMS)

@@ -14,8 +14,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..heuristics.sm90_mqa import PAGED_BLOCK_TOKENS, PAGED_ITEM_TOKENS
-from ..runtime import Op, call
+from ..heuristics.sm90_mqa import PAGED_BLOCK_TOKENS
+from ..runtime import Op, call, paged_mqa_logits_schedule
 from ..utils.math import align
 from .v2 import _TOKEN, _BLOCK, _check_compiled_dims, _check_flag, _granularities, _pair
 
@@ -116,13 +116,7 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
         raise ValueError(f"context_lens must be an int32 [B, next_n] tensor, got "
                          f"{getattr(context_lens, 'dtype', type(context_lens).__name__)} "
                          f"{tuple(getattr(context_lens, 'shape', ()))}")
-    items = (context_lens[:, -1].clamp(min=0).long() + PAGED_ITEM_TOKENS - 1) // PAGED_ITEM_TOKENS
-    ends = torch.cumsum(items, 0)
-    total = ends[-1:] if ends.numel() else torch.zeros(1, dtype=torch.long, device=context_lens.device)
-    starts = torch.arange(num_sms + 1, device=context_lens.device) * total // num_sms
-    batch = torch.searchsorted(ends, starts, right=True)
-    first = torch.cat([torch.zeros(1, dtype=torch.long, device=ends.device), ends])[batch]
-    return torch.stack([batch, starts - first], dim=1).int()
+    return paged_mqa_logits_schedule(context_lens, num_sms)
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,

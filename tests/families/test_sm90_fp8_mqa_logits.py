@@ -88,3 +88,13 @@ def test_paged_metadata_splits_the_items_evenly():
     with pytest.raises(ValueError, match="clean_logits"):
         deep_gemm.fp8_fp4_paged_mqa_logits(a["q"], a["kv_cache"], a["weights"], a["context_lens"], a["block_table"],
                                            a["schedule_meta"], 128, clean_logits=True)
+
+
+def test_paged_self_test_reference_matches_the_tests_reference():
+    # The first-use self-test's reference (in the family) against the GPU tests' own (tests/gemm_cases.py), on the CPU.
+    from deep_gemm.families.sm90_fp8_paged_mqa_logits import reference
+    from gemm_cases import paged_mqa_inputs, paged_mqa_reference
+    inputs = paged_mqa_inputs(7, 2, 32, 3, torch.device("cpu"), 5)
+    ours, written = reference(*inputs)
+    theirs, written_t = paged_mqa_reference(*inputs)
+    assert torch.equal(written, written_t) and torch.allclose(ours, theirs, rtol=1e-6, atol=1e-5)
