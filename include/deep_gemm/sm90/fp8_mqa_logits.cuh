@@ -17,6 +17,7 @@
 #include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
 #include <deep_gemm/sm90/mma.cuh>
+#include <deep_gemm/sm90/mqa_logits.cuh>
 
 #if defined(__CUDA_ARCH__) and not defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "deep_gemm: the sm90 kernels need the arch-specific target sm_90a (plain sm_90 has no WGMMA/setmaxnreg)"
@@ -57,8 +58,7 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
     constexpr uint32_t kNumStages = Config::kNumStages;
     constexpr uint32_t N = BLOCK_Q * H;
     using MMA = FP8WGMMA<N>;
-    constexpr uint32_t kNumChunks = N / 8;         // 8-column chunks of the accumulator
-    constexpr uint32_t kChunksPerQuery = H / 8;
+    using Heads = MQAHeads<BLOCK_Q, H>;
     DG_STATIC_ASSERT(D == 32 or D == 64 or D == 128, "head dim 32, 64 or 128: one swizzled row per (query, head)");
     DG_STATIC_ASSERT(H % 8 == 0 and N <= 256, "BLOCK_Q x heads must fit one WGMMA's N");
     DG_STATIC_ASSERT(BLOCK_KV == 64 * kMQAMathWarpgroups, "64 keys per math warpgroup");
@@ -122,18 +122,13 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
         return;
     }
 
-    // Math warpgroups. Column n = 8 c + 2 (lane % 4) + x of chunk c is head n % H of query n / H: its weight.
+    // Math warpgroups: this thread's weights and its queries' ranges.
     const uint32_t wg = warp_idx / 4;
-    float w[kNumChunks][2];
-    #pragma unroll
-    for (uint32_t c = 0; c < kNumChunks; ++c) {
-        #pragma unroll
-        for (uint32_t x = 0; x < 2; ++x) {
-            const uint32_t n = 8 * c + 2 * (lane % 4) + x;
-            const uint32_t i = q_begin + n / H;
-            w[c][x] = i < seq_len ? __ldg(weights + static_cast<uint64_t>(i) * weights_stride + n % H) : 0.0f;
-        }
-    }
+    float w[Heads::kNumChunks][2];
+    Heads::load_weights(w, lane, [&](uint32_t q, uint32_t h) {
+        const uint32_t i = q_begin + q;
+        return i < seq_len ? __ldg(weights + static_cast<uint64_t>(i) * weights_stride + h) : 0.0f;
+    });
     int32_t q_ks[BLOCK_Q], q_ke[BLOCK_Q];
     #pragma unroll
     for (uint32_t q = 0; q < BLOCK_Q; ++q) {
@@ -172,39 +167,18 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
             wgmma_fence_operand(accum[i]);
         empty[stage].arrive();
 
-        // sums[r][q]: key row r, query q; this thread's columns, then its quad's.
         float sums[2][BLOCK_Q];
-        #pragma unroll
-        for (uint32_t r = 0; r < 2; ++r) {
-            #pragma unroll
-            for (uint32_t q = 0; q < BLOCK_Q; ++q) {
-                float s = 0.0f;
-                #pragma unroll
-                for (uint32_t c = q * kChunksPerQuery; c < (q + 1) * kChunksPerQuery; ++c) {
-                    s = fmaf(fmaxf(accum[4 * c + 2 * r], 0.0f), w[c][0], s);
-                    s = fmaf(fmaxf(accum[4 * c + 2 * r + 1], 0.0f), w[c][1], s);
-                }
-                s += __shfl_xor_sync(0xffffffff, s, 1);
-                s += __shfl_xor_sync(0xffffffff, s, 2);
-                sums[r][q] = s * sf[r];
-            }
-        }
-        // One lane of the quad stores each (key, query): pair p = r * BLOCK_Q + q goes to lane p % 4.
-        #pragma unroll
-        for (uint32_t p = 0; p < 2 * BLOCK_Q; ++p) {
-            const uint32_t r = p / BLOCK_Q, q = p % BLOCK_Q;
+        Heads::reduce(accum, w, sf, sums);
+        Heads::store(sums, lane, [&](uint32_t r, uint32_t q, float value) {
             const uint32_t key = key0 + 8 * r;
             const int32_t col = Config::kCompressed ? static_cast<int32_t>(key) - q_ks[q] : static_cast<int32_t>(key);
             const bool in_range = static_cast<int32_t>(key) >= q_ks[q] and static_cast<int32_t>(key) < q_ke[q] and
-                                  key < seq_len_kv and (not Config::kCompressed or col < static_cast<int32_t>(max_seqlen_k));
-            if (p % 4 == lane % 4 and q_begin + q < seq_len and in_range) {
-                const uint64_t offset = static_cast<uint64_t>(q_begin + q) * logits_stride + col;
-                if constexpr (Config::kOutputBF16)
-                    static_cast<uint16_t*>(logits)[offset] = static_cast<uint16_t>(pack_bf16x2(sums[r][q], 0.0f));
-                else
-                    static_cast<float*>(logits)[offset] = sums[r][q];
-            }
-        }
+                                  key < seq_len_kv and
+                                  (not Config::kCompressed or col < static_cast<int32_t>(max_seqlen_k));
+            if (q_begin + q < seq_len and in_range)
+                store_logit<Config::kOutputBF16>(logits, static_cast<uint64_t>(q_begin + q) * logits_stride + col,
+                                                 value);
+        });
     }
 
     if constexpr (Config::kClean) {
@@ -219,12 +193,8 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
             const uint64_t row = static_cast<uint64_t>(q_begin + q) * logits_stride;
             #pragma unroll 1
             for (uint32_t j = t; j < seq_len_kv; j += kMQAMathThreads) {
-                if (j >= s and j < e)
-                    continue;
-                if constexpr (Config::kOutputBF16)
-                    static_cast<uint16_t*>(logits)[row + j] = 0xff80u;  // BF16 -inf
-                else
-                    static_cast<float*>(logits)[row + j] = __int_as_float(0xff800000u);  // -inf
+                if (j < s or j >= e)
+                    store_logit<Config::kOutputBF16>(logits, row + j, __int_as_float(0xff800000u));  // -inf
             }
         }
     }

@@ -15,6 +15,7 @@
 #include <deep_gemm/common/tma.cuh>
 #include <deep_gemm/common/utils.cuh>
 #include <deep_gemm/sm90/mma.cuh>
+#include <deep_gemm/sm90/mqa_logits.cuh>
 
 #if defined(__CUDA_ARCH__) and not defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "deep_gemm: the sm90 kernels need the arch-specific target sm_90a (plain sm_90 has no WGMMA/setmaxnreg)"
@@ -59,8 +60,7 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     constexpr uint32_t N = kNextN * H;
     constexpr uint32_t kStageBytes = 2 * kPagedBlockTokens * D;  // one cache block per math warpgroup
     using MMA = FP8WGMMA<N>;
-    constexpr uint32_t kNumChunks = N / 8;
-    constexpr uint32_t kChunksPerQuery = H / 8;
+    using Heads = MQAHeads<kNextN, H>;
     DG_STATIC_ASSERT(H % 8 == 0 and N <= 256, "next_n x heads must fit one WGMMA's N");
     DG_STATIC_ASSERT(kSplitBlocks % 2 == 0, "a work item is whole pairs of cache blocks");
     DG_STATIC_ASSERT((N * D) % 1024 == 0, "q tiles 1024-byte aligned");
@@ -156,7 +156,7 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     warpgroup_reg_alloc<232>();
     const uint32_t wg = warp_idx / 4;
     uint32_t stage_count = 0, q_count = 0, q_batch = 0xffffffffu, q_stage = 0;
-    float w[kNumChunks][2];
+    float w[Heads::kNumChunks][2];
     int32_t ctx[kNextN];
     float accum[MMA::kNumAccum];
     for (uint32_t b = first_batch, item = first_item; in_range(b, item);) {
@@ -169,15 +169,9 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
             if (q_count > 0)
                 q_empty[q_stage].arrive();  // the previous batch's q tile is no longer read
             q_stage = q_count % 2;
-            // Column n = 8 c + 2 (lane % 4) + x is head n % H of next-n query n / H: its weight; the contexts.
-            #pragma unroll
-            for (uint32_t c = 0; c < kNumChunks; ++c) {
-                #pragma unroll
-                for (uint32_t x = 0; x < 2; ++x) {
-                    const uint32_t n = 8 * c + 2 * (lane % 4) + x;
-                    w[c][x] = __ldg(weights + static_cast<uint64_t>(b * kNextN + n / H) * H + n % H);
-                }
-            }
+            Heads::load_weights(w, lane, [&](uint32_t j, uint32_t h) {
+                return __ldg(weights + static_cast<uint64_t>(b * kNextN + j) * H + h);
+            });
             #pragma unroll
             for (uint32_t j = 0; j < kNextN; ++j)
                 ctx[j] = __ldg(context_lens + b * kNextN + j);
@@ -216,36 +210,14 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
                 wgmma_fence_operand(accum[i]);
             empty[stage].arrive();
 
-            // sums[r][j]: token row r, next-n query j; this thread's columns, then its quad's.
             float sums[2][kNextN];
-            #pragma unroll
-            for (uint32_t r = 0; r < 2; ++r) {
-                #pragma unroll
-                for (uint32_t j = 0; j < kNextN; ++j) {
-                    float v = 0.0f;
-                    #pragma unroll
-                    for (uint32_t c = j * kChunksPerQuery; c < (j + 1) * kChunksPerQuery; ++c) {
-                        v = fmaf(fmaxf(accum[4 * c + 2 * r], 0.0f), w[c][0], v);
-                        v = fmaf(fmaxf(accum[4 * c + 2 * r + 1], 0.0f), w[c][1], v);
-                    }
-                    v += __shfl_xor_sync(0xffffffff, v, 1);
-                    v += __shfl_xor_sync(0xffffffff, v, 2);
-                    sums[r][j] = v * sf[r];
-                }
-            }
-            // One lane of the quad stores each (token, query): pair p = r * next_n + j goes to lane p % 4.
-            #pragma unroll
-            for (uint32_t p = 0; p < 2 * kNextN; ++p) {
-                const uint32_t r = p / kNextN, j = p % kNextN;
+            Heads::reduce(accum, w, sf, sums);
+            Heads::store(sums, lane, [&](uint32_t r, uint32_t j, float value) {
                 const uint32_t t = blk * kPagedBlockTokens + row0 + 8 * r;
-                if (p % 4 == lane % 4 and static_cast<int32_t>(t) < ctx[j] and t < max_context_len) {
-                    const uint64_t offset = static_cast<uint64_t>(b * kNextN + j) * logits_stride + t;
-                    if constexpr (Config::kOutputBF16)
-                        static_cast<uint16_t*>(logits)[offset] = static_cast<uint16_t>(pack_bf16x2(sums[r][j], 0.0f));
-                    else
-                        static_cast<float*>(logits)[offset] = sums[r][j];
-                }
-            }
+                if (static_cast<int32_t>(t) < ctx[j] and t < max_context_len)
+                    store_logit<Config::kOutputBF16>(logits, static_cast<uint64_t>(b * kNextN + j) * logits_stride + t,
+                                                     value);
+            });
         }
         ++item;
     }
