@@ -53,6 +53,17 @@ def fp8_gemm_nt_skip_head_mid(a: Tuple[torch.Tensor, torch.Tensor], b: Tuple[tor
     call(_SKIP_HEAD_MID, a, b, d, *head_splits)
 
 
+def _fp8_query(q):
+    """q of the MQA logits ops: the tensor, or DeepGEMM's (tensor, scales) pair whose scales must be None on SM90."""
+    if isinstance(q, (tuple, list)):
+        if len(q) != 2:
+            raise TypeError(f"q must be a tensor or a (tensor, None) pair, got a sequence of {len(q)}")
+        q, q_sf = q
+        if q_sf is not None:
+            raise ValueError("q: FP4 queries with scales are SM100-only in DeepGEMM; SM90 takes (q_fp8, None)")
+    return q
+
+
 def fp8_fp4_mqa_logits(q, kv: Tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor,
                        cu_seq_len_k_start: torch.Tensor, cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True,
                        max_seqlen_k: int = 0, logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -66,12 +77,7 @@ def fp8_fp4_mqa_logits(q, kv: Tuple[torch.Tensor, torch.Tensor], weights: torch.
     [ks[i], ke[i]) are -inf with `clean_logits`, else not written. With `max_seqlen_k` > 0 the rows are compressed to
     [S, max_seqlen_k], column c holding key ks[i] + c (c < ke[i] - ks[i]; the rest not written; clean_logits must be
     False). Deterministic; no host synchronisation."""
-    if isinstance(q, (tuple, list)):
-        if len(q) != 2:
-            raise TypeError(f"q must be a tensor or a (tensor, None) pair, got a sequence of {len(q)}")
-        q, q_sf = q
-        if q_sf is not None:
-            raise ValueError("q: FP4 queries with scales are SM100-only in DeepGEMM; SM90 takes (q_fp8, None)")
+    q = _fp8_query(q)
     kv, kv_sf = _pair(kv, "kv")
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
         raise TypeError(f"q must be a 3-D [seq_len, heads, head_dim] tensor, got {getattr(q, 'shape', type(q))}")
@@ -133,12 +139,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
     get_paged_mqa_logits_metadata. Returns logits [B x next_n, max_context_len] (float32, or bfloat16 with
     `logits_dtype`), a view of 256-column-aligned rows; columns at or past a query's context are not written. SM90
     here: `clean_logits` (writing -inf there), FP4 inputs and `indices` (varlen) are refused."""
-    if isinstance(q, (tuple, list)):
-        if len(q) != 2:
-            raise TypeError(f"q must be a tensor or a (tensor, None) pair, got a sequence of {len(q)}")
-        q, q_sf = q
-        if q_sf is not None:
-            raise ValueError("q: FP4 queries with scales are SM100-only in DeepGEMM; SM90 takes (q_fp8, None)")
+    q = _fp8_query(q)
     if indices is not None:
         raise ValueError("indices: varlen paged MQA logits are SM100-only in DeepGEMM")
     _check_flag(clean_logits, "clean_logits")

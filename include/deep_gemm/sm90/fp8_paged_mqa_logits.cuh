@@ -195,19 +195,7 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
             full[stage].wait((stage_count / kNumStages) & 1);
             const uint32_t kv_desc_lo = kmajor_sw128_desc_lo(
                 smem_u32(smem_kv + stage * kStageBytes + wg * kPagedBlockTokens * D));
-            #pragma unroll
-            for (uint32_t i = 0; i < MMA::kNumAccum; ++i)
-                wgmma_fence_operand(accum[i]);
-            wgmma_fence();
-            #pragma unroll
-            for (uint32_t k = 0; k < D / MMA::K; ++k)
-                MMA::mma(kmajor_sw128_desc(kv_desc_lo + k * MMA::kKBytes / 16),
-                         kmajor_sw128_desc(q_desc_lo + k * MMA::kKBytes / 16), accum, k > 0);
-            wgmma_commit_group();
-            wgmma_wait_group<0>();
-            #pragma unroll
-            for (uint32_t i = 0; i < MMA::kNumAccum; ++i)
-                wgmma_fence_operand(accum[i]);
+            mqa_tile_mma<MMA, D>(kv_desc_lo, q_desc_lo, accum);
             empty[stage].arrive();
 
             float sums[2][kNextN];

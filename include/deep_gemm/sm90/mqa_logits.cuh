@@ -1,12 +1,13 @@
 #pragma once
 
 // What the two MQA logits kernels (fp8_mqa_logits.cuh: prefill, fp8_paged_mqa_logits.cuh: paged decode) do alike
-// with one 64-key accumulator tile of an m64 x N WGMMA whose N columns are kQueries queries x H heads (column n: head
-// n % H of query n / H): the thread's weights, the head reduction and the one-lane-per-value stores. In the
-// accumulator (epilogue.cuh's layout) a thread holds keys lane / 4 and lane / 4 + 8 of its warp's 16 and, per 8-column
-// chunk c, columns 8 c + 2 (lane % 4) + {0, 1}.
+// with one 64-key accumulator tile of an m64 x N WGMMA (mqa_tile_mma) whose N columns are kQueries queries x H heads
+// (column n: head n % H of query n / H): the thread's weights, the head reduction and the one-lane-per-value stores.
+// In the accumulator (epilogue.cuh's layout) a thread holds keys lane / 4 and lane / 4 + 8 of its warp's 16 and, per
+// 8-column chunk c, columns 8 c + 2 (lane % 4) + {0, 1}.
 
 #include <deep_gemm/common/utils.cuh>
+#include <deep_gemm/sm90/mma.cuh>
 
 namespace deep_gemm::sm90 {
 
@@ -61,6 +62,25 @@ struct MQAHeads {
         }
     }
 };
+
+// accum = the m64 x N tile of K-major kv rows (64 keys) against K-major q rows, both D bytes wide and swizzled as wide
+// (descriptor low words kv_lo and q_lo), D / 32 WGMMAs waited for before returning.
+template <typename MMA, uint32_t D>
+__device__ __forceinline__ void mqa_tile_mma(uint32_t kv_lo, uint32_t q_lo, float* accum) {
+    #pragma unroll
+    for (uint32_t i = 0; i < MMA::kNumAccum; ++i)
+        wgmma_fence_operand(accum[i]);
+    wgmma_fence();
+    #pragma unroll
+    for (uint32_t k = 0; k < D / MMA::K; ++k)
+        MMA::mma(kmajor_swizzled_desc<D>(kv_lo + k * MMA::kKBytes / 16),
+                 kmajor_swizzled_desc<D>(q_lo + k * MMA::kKBytes / 16), accum, k > 0);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    #pragma unroll
+    for (uint32_t i = 0; i < MMA::kNumAccum; ++i)
+        wgmma_fence_operand(accum[i]);
+}
 
 // A logits element: FP32, or BF16 rounded to nearest.
 template <bool kBF16>
