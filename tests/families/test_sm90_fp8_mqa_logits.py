@@ -53,8 +53,8 @@ def _paged_args(batch=3, next_n=2, heads=64):
     return dict(q=torch.zeros((batch, next_n, heads, 128), dtype=torch.float8_e4m3fn),
                 kv_cache=torch.zeros((6, 64, 1, 132), dtype=torch.uint8), weights=torch.ones(batch * next_n, heads),
                 context_lens=torch.ones(batch, next_n, dtype=torch.int32),
-                block_table=torch.zeros(batch, 2, dtype=torch.int32), schedule_meta=torch.zeros(9, 2, dtype=torch.int32),
-                logits=torch.empty(batch * next_n, 128))
+                block_table=torch.zeros(batch, 2, dtype=torch.int32),
+                schedule_meta=torch.zeros(9, 2, dtype=torch.int32), logits=torch.empty(batch * next_n, 128))
 
 
 @pytest.mark.parametrize("change,exc,name", [
