@@ -9,24 +9,26 @@ write back to HBM), mean of --num-tests; and again after an 8 GB read instead ("
 show how much of a floor is the method's. A target asking for more effective TB/s than the floor kernel reaches
 under the same method cannot be met by any GEMM; the ratio ours/floor says how far a kernel is from its bytes.
 
-With `--peer MODULE` (a package with DeepGEMM's API, e.g. DeepGEMM built under another name) the dense and decode
-cases also time the peer's `fp8_gemm_nt` on the same tensors, in the same process, and report peer/floor and
-ours/peer. `--flushes write` skips the read-flush column (half the time).
+With `--peer MODULE` (a package with DeepGEMM's API, e.g. DeepGEMM built under another name) the dense, decode and
+masked_decode cases also time the peer's call (`fp8_gemm_nt`, `m_grouped_fp8_gemm_nt_masked`) on the same tensors,
+in the same process, check it against ours on the defined elements, and report peer/floor and peer/ours.
+`--flushes write` skips the read-flush column (half the time).
 
-    python -m benchmarks.floors [--suite bmm|dense|decode|masked|all] [--peer MODULE] [--flushes write read]
-                                [--json PATH]   (needs Triton, as the BMM seed does)
+    python -m benchmarks.floors [--suite bmm|dense|decode|masked|masked_decode|all] [--peer MODULE]
+                                [--flushes write read] [--json PATH]   (needs Triton, as the BMM seed does)
 """
 import argparse
 import importlib
 import json
 import math
+import random
 import sys
 
 import torch
 
 import deep_gemm
 from benchmarks import bmm
-from benchmarks.bench import DENSE_NK, dense_shapes, gpu_state, provenance
+from benchmarks.bench import DENSE_NK, dense_shapes, gpu_state, provenance, skewed_sizes
 from deep_gemm.testing import calc_diff, count_bytes
 
 try:
@@ -91,7 +93,7 @@ def dense_case(m, n, k):
         peer_out = torch.empty_like(out)
         return peer_out, lambda: lib.fp8_gemm_nt((a8, sa), (b8, sb), peer_out)
     # Effective traffic as the issue counts it: A + B + scales + D.
-    return f"dense {m}x{n}x{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out), (out, peer_fn)
+    return f"dense {m}x{n}x{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out), (out, peer_fn, None)
 
 
 def masked_case(groups, m, n, k):
@@ -107,6 +109,32 @@ def masked_case(groups, m, n, k):
     return f"masked {groups}x{m} n{n} k{k}", fn, count_bytes(a8, sa, b8, sb), count_bytes(out), None
 
 
+def masked_decode_case(groups, expected_m, n, k, skewed):
+    """Masked decode as issue 33 states it: `groups` experts of `expected_m` rows each, or skewed counts around it
+    (bench.skewed_sizes: a fifth empty, a tenth 4x); the bytes of experts with rows, their rows and outputs."""
+    sizes = skewed_sizes(groups, expected_m, random.Random(groups * 1000 + expected_m)) if skewed \
+        else [expected_m] * groups
+    m_max = max(max(sizes), 1)
+    a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((groups * m_max, k), device="cuda", dtype=torch.bfloat16))
+    a8 = a8.view(groups, m_max, k)
+    sa = deep_gemm.get_col_major_tma_aligned_tensor(sa.view(groups, m_max, -1))
+    b8 = torch.randn((groups, n, k), device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    sb = torch.rand((groups, (n + 127) // 128, (k + 127) // 128), device="cuda") + 0.5
+    out = torch.empty((groups, m_max, n), device="cuda", dtype=torch.bfloat16)
+    masked_m = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+    fn = lambda: deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked((a8, sa), (b8, sb), out, masked_m,  # noqa: E731
+                                                                 expected_m)
+    valid = torch.arange(m_max, device="cuda")[None, :, None] < masked_m[:, None, None]
+
+    def peer_fn(lib):
+        peer_out = torch.empty_like(out)
+        return peer_out, lambda: lib.m_grouped_fp8_gemm_nt_masked((a8, sa), (b8, sb), peer_out, masked_m, expected_m)
+    rows, experts = sum(sizes), sum(1 for s in sizes if s)
+    read = rows * (k + 4 * ((k + 127) // 128)) + experts * (n * k + 4 * sb[0].numel())
+    label = f"masked {groups}x{expected_m}{' skewed' if skewed else ''} n{n} k{k}"
+    return label, fn, read, rows * n * 2, (out, peer_fn, valid)
+
+
 # Issue 17's 32 MLA shapes (bmm.py's, without the two large batches); issue 14's small-m dense shapes (bench.py's
 # with m <= 128 and k a multiple of 128: the "small m" suite of the same-run harness) and its masked decode
 # (16 experts x 16-48 tokens, n 4096, k 7168; DeepGEMM's own H200 log: 3.74 TB/s); issue 33's dense decode
@@ -116,6 +144,9 @@ SUITES = {
     "bmm": [(bmm_case, shape) for shape in bmm.issue_shapes() if bmm.is_mla(*shape)],
     "dense": [(dense_case, (m, n, k)) for m, n, k in dense_shapes() if m <= 128 and k % 128 == 0],
     "decode": [(dense_case, (m, n, k)) for n, k in DENSE_NK for m in DECODE_MS],
+    # Issue 33's masked decode: G experts x expected_m rows, uniform and skewed, two expert shapes.
+    "masked_decode": [(masked_decode_case, (g, m, n, k, skewed)) for n, k in ((4096, 7168), (7168, 2048))
+                      for g in (8, 32, 64, 256) for m in (1, 4, 8, 16, 32) for skewed in (False, True)],
     "masked": [(masked_case, (16, m, 4096, 7168)) for m in (16, 32, 48)],
 }
 KERNEL = "fp8_gemm"  # ours and DeepGEMM's GEMM kernels both carry it in their names
@@ -140,9 +171,11 @@ def run(suites, num_tests, flush_kinds=("write", "read"), peer=None):
             row = dict(suite=suite, case=label, args=list(args), read_bytes=read_bytes, write_bytes=write_bytes)
             peer_fn = None
             if peer is not None and peer_case is not None:
-                out, make_peer = peer_case
+                out, make_peer, valid = peer_case
                 peer_out, peer_fn = make_peer(peer)
                 fn(), peer_fn()
+                if valid is not None:  # only these elements are defined (masked rows past masked_m are not)
+                    out, peer_out = out.float().masked_fill(~valid, 0), peer_out.float().masked_fill(~valid, 0)
                 row["peer_diff"] = float(calc_diff(out, peer_out))  # both libraries computed the same product
             cells = []
             for flush in flush_kinds:
@@ -191,7 +224,8 @@ def main(argv=None):
     parser.add_argument("--num-tests", type=int, default=20)
     parser.add_argument("--flushes", nargs="+", choices=["write", "read"], default=["write", "read"],
                         help="time after these flushes (default both)")
-    parser.add_argument("--peer", help="a package with DeepGEMM's API to time on the dense and decode cases")
+    parser.add_argument("--peer", help="a package with DeepGEMM's API to time on the dense, decode and masked_decode "
+                                       "cases")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if triton is None or not torch.cuda.is_available():

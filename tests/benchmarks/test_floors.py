@@ -32,6 +32,13 @@ def test_suites_are_the_issues_shapes():
                                               (4096, 7168), (7168, 2048)}
 
 
+def test_masked_decode_is_issue_33s_grid():
+    cases = [args for _, args in floors.SUITES["masked_decode"]]
+    assert len(cases) == 80 and {g for g, _, _, _, _ in cases} == {8, 32, 64, 256}
+    assert {m for _, m, _, _, _ in cases} == {1, 4, 8, 16, 32} and {s for *_, s in cases} == {False, True}
+    assert {(n, k) for _, _, n, k, _ in cases} == {(4096, 7168), (7168, 2048)}
+
+
 def test_summary_geomeans():
     rows = [dict(suite="decode", write=dict(ours_us=2.0, floor_us=1.0, peer_us=4.0)),
             dict(suite="decode", write=dict(ours_us=8.0, floor_us=4.0, peer_us=4.0))]
