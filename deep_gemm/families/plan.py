@@ -5,10 +5,14 @@ Tensors are referred to by their index in the call's tensor list (the order `_C`
 pair, then the other tensor arguments, as in the public signature)."""
 import functools
 import struct
+from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
+
+import torch
 
 from .._c_loader import load_c
 from ..jit.runtime import current_context
+from . import checks
 
 _C = load_c()
 
@@ -132,3 +136,44 @@ def _enums() -> dict:
         swizzle={size: int(getattr(cu.CUtensorMapSwizzle, name)) for size, name in swizzle.items()},
         promo={True: int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
                False: int(cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE)})
+
+
+@dataclass
+class OneOutputLayout:
+    """The layout of a call whose tensors are `names` with the last one its only output (the MQA logits families):
+    per call, each pointer's alignment (`aligns`, bytes) and the output against the inputs, then the plan of this
+    geometry (made once by `family.build_plan(ops, extents, device index, num_sms, arch)`) is launched. Arguments
+    after the tensors (host ints) are part of `ops` already."""
+    nothing_to_do: bool  # the output is empty
+    device: torch.device
+    ops: object
+    names: Tuple[str, ...]
+    aligns: Tuple[int, ...]
+    extents: Tuple[int, ...]
+    num_sms: int
+    arch: str
+    plans: dict = field(default_factory=dict)
+    family: Optional[object] = None  # bound by the runtime for a layout that launches
+
+    @property
+    def needs_kernel(self) -> bool:
+        return not self.nothing_to_do
+
+    def run(self, *args):
+        tensors = args[:len(self.names)]
+        out = len(tensors) - 1
+        if self.nothing_to_do:
+            return noop_plan(self.device.index, len(tensors), self.extents, (out,))
+        ptrs = [t.data_ptr() for t in tensors]
+        for name, ptr, align in zip(self.names, ptrs, self.aligns):
+            if ptr % align:
+                raise ValueError(f"{name}'s data pointer must be {align}-byte aligned, got offset {ptr % align}")
+        checks.check_no_overlap_ptrs(self.names[out], ptrs[out], self.extents[out],
+                                     [(self.names[i], ptrs[i], self.extents[i]) for i in range(out)])
+        geometry = checks.tensor_geometry(tensors)
+        plan = self.plans.get(geometry)
+        if plan is None:
+            plan = self.plans[geometry] = self.family.build_plan(self.ops, self.extents, self.device.index,
+                                                                 self.num_sms, self.arch)
+        launch(plan, tuple(ptrs))
+        return plan

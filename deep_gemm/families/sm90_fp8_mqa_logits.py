@@ -1,7 +1,7 @@
 """Kernel family of include/deep_gemm/sm90/fp8_mqa_logits.cuh (the MQA logits of DeepSeek-V3.2's attention indexer:
 logits[i, j] = sum_h w[i, h] ReLU(q[i, h] . kv[j]) kv_sf[j] for keys j in [ks[i], ke[i]), FP8 q and kv): validation
 of a call's arguments into a layout, the kernel configuration, and the `_C` plan."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -12,7 +12,7 @@ from ..envs import read_env
 from ..heuristics.sm90_mqa import HEAD_COUNTS, HEAD_DIMS, MQAConfig, get_mqa_logits_config, mqa_grid
 from ..jit.runtime import ensure_context
 from . import checks
-from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, launch, make_plan, noop_plan
+from .plan import POINTER, TENSOR_MAP, U32, OneOutputLayout, ParamBuffer, make_plan
 from .variant import INT, TENSOR, Family, Variant
 
 HEADER = "deep_gemm/sm90/fp8_mqa_logits.cuh"
@@ -98,42 +98,7 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     return make_plan(kernel.function, device_index, (15, 15, 3, 3, 3, 3, logits_align), extents, (6,), launches)
 
 
-@dataclass
-class MQALayout:
-    """What the checks concluded for one layout of an MQA logits call; plans are made once per geometry."""
-    nothing_to_do: bool  # no queries or no keys
-    device: torch.device
-    ops: Operands
-    extents: Tuple[int, ...]
-    num_sms: int
-    arch: str
-    plans: dict = field(default_factory=dict)
-    family: Optional[Family] = None
-
-    @property
-    def needs_kernel(self) -> bool:
-        return not self.nothing_to_do
-
-    def run(self, q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k):
-        tensors = (q, kv, kv_sf, weights, ks, ke, logits)
-        if self.nothing_to_do:
-            return noop_plan(self.device.index, 7, self.extents, (6,))
-        ptrs = [t.data_ptr() for t in tensors]
-        for name, ptr, align in zip(_NAMES, ptrs, (16, 16, 4, 4, 4, 4, logits.element_size())):
-            if ptr % align:
-                raise ValueError(f"{name}'s data pointer must be {align}-byte aligned, got offset {ptr % align}")
-        checks.check_no_overlap_ptrs("logits", ptrs[6], self.extents[6],
-                                     [(_NAMES[i], ptrs[i], self.extents[i]) for i in range(6)])
-        geometry = checks.tensor_geometry(tensors)
-        plan = self.plans.get(geometry)
-        if plan is None:
-            plan = self.plans[geometry] = self.family.build_plan(self.ops, self.extents, self.device.index,
-                                                                 self.num_sms, self.arch)
-        launch(plan, tuple(ptrs))
-        return plan
-
-
-def normalise(q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k) -> MQALayout:
+def normalise(q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k) -> OneOutputLayout:
     """Every check of an MQA logits call (SM90): q [S, H, D] float8_e4m3fn contiguous with H in HEAD_COUNTS and D in
     HEAD_DIMS; kv [Skv, D] float8_e4m3fn with unit stride along D and 16-byte rows; kv_sf [Skv] float32 contiguous;
     weights [S, H] float32 with unit stride along H; the key ranges [S] int32 contiguous; logits [S, Skv] (or [S,
@@ -192,8 +157,10 @@ def normalise(q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k) -> MQA
     ops = Operands(seq_len, seq_len_kv, kind, kv.stride(0) if seq_len_kv > 1 else head_dim,
                    weights.stride(0) if seq_len > 1 else heads, logits.stride(0) if seq_len > 1 else logits.shape[1],
                    max_seqlen_k)
-    return MQALayout(nothing, device, ops, tuple(checks.extent_bytes(t) for _, t in named),
-                     get_num_sms(device.index), get_device_arch(device.index))
+    # Pointers: q and kv by TMA (16 bytes), the rest 4-byte words, the logits elements.
+    aligns = (16, 16, 4, 4, 4, 4, logits.element_size())
+    return OneOutputLayout(nothing, device, ops, _NAMES, aligns, tuple(checks.extent_bytes(t) for _, t in named),
+                           get_num_sms(device.index), get_device_arch(device.index))
 
 
 def load(kind: MQAKind, device_index: int, arch: str) -> None:

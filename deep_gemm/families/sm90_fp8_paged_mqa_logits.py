@@ -3,7 +3,7 @@ attention indexer at decode: FP8 q against an FP8 KV cache of 64-token blocks wi
 table, scheduled by `get_paged_mqa_logits_metadata`): validation of a call's arguments into a layout, the kernel
 configuration, and the `_C` plan."""
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -15,7 +15,7 @@ from ..heuristics.sm90_mqa import (HEAD_COUNTS, PAGED_BLOCK_TOKENS, PAGED_HEAD_D
                                    PagedMQAConfig, get_paged_mqa_logits_config)
 from ..jit.runtime import ensure_context
 from . import checks
-from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, launch, make_plan, noop_plan
+from .plan import POINTER, TENSOR_MAP, U32, OneOutputLayout, ParamBuffer, make_plan
 from .variant import TENSOR, Family, Variant
 
 HEADER = "deep_gemm/sm90/fp8_paged_mqa_logits.cuh"
@@ -177,41 +177,7 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
                      launches)
 
 
-@dataclass
-class PagedLayout:
-    nothing_to_do: bool
-    device: torch.device
-    ops: Operands
-    extents: Tuple[int, ...]
-    num_sms: int
-    arch: str
-    plans: dict = field(default_factory=dict)
-    family: Optional[Family] = None
-
-    @property
-    def needs_kernel(self) -> bool:
-        return not self.nothing_to_do
-
-    def run(self, q, kv_cache, weights, context_lens, block_table, schedule_meta, logits):
-        tensors = (q, kv_cache, weights, context_lens, block_table, schedule_meta, logits)
-        if self.nothing_to_do:
-            return noop_plan(self.device.index, 7, self.extents, (6,))
-        ptrs = [t.data_ptr() for t in tensors]
-        for name, ptr, align in zip(_NAMES, ptrs, (16, 16, 4, 4, 4, 4, logits.element_size())):
-            if ptr % align:
-                raise ValueError(f"{name}'s data pointer must be {align}-byte aligned, got offset {ptr % align}")
-        checks.check_no_overlap_ptrs("logits", ptrs[6], self.extents[6],
-                                     [(_NAMES[i], ptrs[i], self.extents[i]) for i in range(6)])
-        geometry = checks.tensor_geometry(tensors)
-        plan = self.plans.get(geometry)
-        if plan is None:
-            plan = self.plans[geometry] = self.family.build_plan(self.ops, self.extents, self.device.index,
-                                                                 self.num_sms, self.arch)
-        launch(plan, tuple(ptrs))
-        return plan
-
-
-def normalise(q, kv_cache, weights, context_lens, block_table, schedule_meta, logits) -> PagedLayout:
+def normalise(q, kv_cache, weights, context_lens, block_table, schedule_meta, logits) -> OneOutputLayout:
     """Every check of a paged MQA logits call (SM90): q [B, next_n, H, 128] float8_e4m3fn contiguous (next_n 1 or 2,
     H 32 or 64); kv_cache [blocks, 64, 1, 132] uint8 contiguous (each block 64 x 128 FP8 values, then 64 FP32
     scales); weights [B x next_n, H] float32 contiguous; context_lens [B, next_n] int32 contiguous; block_table [B,
@@ -268,8 +234,10 @@ def normalise(q, kv_cache, weights, context_lens, block_table, schedule_meta, lo
     ops = Operands(kind, batch, kv_cache.shape[0], schedule_meta.shape[0] - 1, logits.shape[1],
                    block_table.stride(0) if batch > 1 else block_table.shape[1],
                    logits.stride(0) if logits.shape[0] > 1 else logits.shape[1])
-    return PagedLayout(nothing, device, ops, tuple(checks.extent_bytes(t) for _, t in named),
-                       get_num_sms(device.index), get_device_arch(device.index))
+    # Pointers: q and kv by TMA (16 bytes), the rest 4-byte words, the logits elements.
+    aligns = (16, 16, 4, 4, 4, 4, logits.element_size())
+    return OneOutputLayout(nothing, device, ops, _NAMES, aligns, tuple(checks.extent_bytes(t) for _, t in named),
+                           get_num_sms(device.index), get_device_arch(device.index))
 
 
 def load(kind: PagedKind, device_index: int, arch: str) -> None:

@@ -64,6 +64,19 @@ def _fp8_query(q):
     return q
 
 
+def _check_logits_options(weights, logits_dtype) -> None:
+    """What both MQA logits ops refuse on SM90 before allocating: BF16 weights, logits other than FP32 / BF16."""
+    if isinstance(weights, torch.Tensor) and weights.dtype == torch.bfloat16:
+        raise ValueError("weights: BF16 weights are SM100-only in DeepGEMM; SM90 takes float32")
+    if logits_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype}")
+
+
+def _check_nonnegative(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+
+
 def fp8_fp4_mqa_logits(q, kv: Tuple[torch.Tensor, torch.Tensor], weights: torch.Tensor,
                        cu_seq_len_k_start: torch.Tensor, cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True,
                        max_seqlen_k: int = 0, logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -83,13 +96,9 @@ def fp8_fp4_mqa_logits(q, kv: Tuple[torch.Tensor, torch.Tensor], weights: torch.
         raise TypeError(f"q must be a 3-D [seq_len, heads, head_dim] tensor, got {getattr(q, 'shape', type(q))}")
     if not isinstance(kv, torch.Tensor) or kv.dim() != 2:
         raise TypeError(f"kv[0] must be a 2-D [seq_len_kv, head_dim] tensor, got {getattr(kv, 'shape', type(kv))}")
-    if isinstance(weights, torch.Tensor) and weights.dtype == torch.bfloat16:
-        raise ValueError("weights: BF16 weights are SM100-only in DeepGEMM; SM90 takes float32")
-    if logits_dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype}")
+    _check_logits_options(weights, logits_dtype)
     _check_flag(clean_logits, "clean_logits")
-    if isinstance(max_seqlen_k, bool) or not isinstance(max_seqlen_k, int) or max_seqlen_k < 0:
-        raise ValueError(f"max_seqlen_k must be an int >= 0, got {max_seqlen_k!r}")
+    _check_nonnegative(max_seqlen_k, "max_seqlen_k")
     width = max_seqlen_k or kv.shape[0]
     logits = torch.empty((q.shape[0], align(max(width, 1), LOGITS_ROW_ALIGNMENT)), dtype=logits_dtype,
                          device=q.device)[:, :width]
@@ -148,12 +157,8 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
                          "runs it with False); mask columns at or past context_lens instead")
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise TypeError(f"q must be a 4-D [B, next_n, heads, head_dim] tensor, got {getattr(q, 'shape', type(q))}")
-    if isinstance(weights, torch.Tensor) and weights.dtype == torch.bfloat16:
-        raise ValueError("weights: BF16 weights are SM100-only in DeepGEMM; SM90 takes float32")
-    if logits_dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype}")
-    if isinstance(max_context_len, bool) or not isinstance(max_context_len, int) or max_context_len < 0:
-        raise ValueError(f"max_context_len must be an int >= 0, got {max_context_len!r}")
+    _check_logits_options(weights, logits_dtype)
+    _check_nonnegative(max_context_len, "max_context_len")
     rows = q.shape[0] * q.shape[1]
     logits = torch.empty((rows, align(max(max_context_len, 1), LOGITS_ROW_ALIGNMENT)), dtype=logits_dtype,
                          device=q.device)[:, :max_context_len]
