@@ -32,12 +32,13 @@ class MQAKind:
     compressed: bool   # logits rows of max_seqlen_k columns, column j - ks[i]
     clean: bool        # the rest of each row written -inf
     bf16: bool         # BF16 logits (else FP32)
+    padded: bool       # the op's own padded logits: every walked key written without range checks
 
 
 def kernel_source(kind: MQAKind, config: MQAConfig) -> jit.KernelSource:
     named = dict(kNumHeads=kind.heads, kHeadDim=kind.head_dim, BLOCK_Q=config.block_q, BLOCK_KV=config.block_kv,
-                 kNumStages=config.num_stages, kCompressed=kind.compressed, kClean=kind.clean,
-                 kOutputBF16=kind.bf16, kSmemSize=config.smem_size)
+                 kNumStages=config.num_stages, kMathWarpgroups=config.math_warpgroups, kCompressed=kind.compressed,
+                 kClean=kind.clean, kOutputBF16=kind.bf16, kPaddedLogits=kind.padded, kSmemSize=config.smem_size)
     return jit.KernelSource(name="sm90_fp8_mqa_logits", header=HEADER, function=FUNCTION, config=named)
 
 
@@ -98,12 +99,22 @@ def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: st
     return make_plan(kernel.function, device_index, (15, 15, 3, 3, 3, 3, logits_align), extents, (6,), launches)
 
 
-def normalise(q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k) -> OneOutputLayout:
+def _padding_fits(logits: torch.Tensor, seq_len: int, seq_len_kv: int, config: MQAConfig) -> bool:
+    """Whether logits' storage holds rows up to the next block_q multiple and block_kv columns past the last key
+    (what the kernel writes when it skips range checks)."""
+    rows = -(-seq_len // config.block_q) * config.block_q
+    stride = logits.stride(0)
+    return (logits.storage_offset() == 0 and stride >= seq_len_kv + config.block_kv and
+            logits.untyped_storage().nbytes() >= rows * stride * logits.element_size())
+
+
+def normalise(q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k, padded) -> OneOutputLayout:
     """Every check of an MQA logits call (SM90): q [S, H, D] float8_e4m3fn contiguous with H in HEAD_COUNTS and D in
     HEAD_DIMS; kv [Skv, D] float8_e4m3fn with unit stride along D and 16-byte rows; kv_sf [Skv] float32 contiguous;
     weights [S, H] float32 with unit stride along H; the key ranges [S] int32 contiguous; logits [S, Skv] (or [S,
     max_seqlen_k] with max_seqlen_k > 0) float32 or bfloat16 with unit column stride; clean 0 or 1, and 0 when
-    compressed."""
+    compressed; padded 1 when the caller owns logits' storage and padded it (`_padding_fits`; not with compressed
+    rows), so that the kernel may write past the view."""
     checks.check_tensor(q, "q", torch.float8_e4m3fn, 3)
     checks.check_tensor(kv, "kv", torch.float8_e4m3fn, 2)
     checks.check_tensor(kv_sf, "kv_sf", torch.float32, 1)
@@ -116,6 +127,7 @@ def normalise(q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k) -> One
     checks.check_tensor(logits, "logits", logits.dtype, 2)
     clean = checks.host_int(clean, "clean_logits")
     max_seqlen_k = checks.host_int(max_seqlen_k, "max_seqlen_k")
+    padded = checks.host_int(padded, "logits_padded")
     seq_len, heads, head_dim = q.shape
     seq_len_kv = kv.shape[0]
     if heads not in HEAD_COUNTS:
@@ -132,14 +144,20 @@ def normalise(q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k) -> One
         raise ValueError(f"clean_logits must be a bool, got {clean}")
     if max_seqlen_k < 0:
         raise ValueError(f"max_seqlen_k must be >= 0, got {max_seqlen_k}")
+    if padded not in (0, 1) or (padded and max_seqlen_k):
+        raise ValueError(f"logits_padded must be 0 or 1, and 0 with compressed logits, got {padded}")
     if max_seqlen_k and clean:
         raise ValueError("clean_logits must be False with max_seqlen_k > 0 (compressed logits, as DeepGEMM)")
     checks.check_shape(logits, "logits", (seq_len, max_seqlen_k or seq_len_kv),
                        "seq_len x " + ("max_seqlen_k" if max_seqlen_k else "seq_len_kv"))
+    nothing = seq_len == 0 or logits.shape[1] == 0
+    if padded and not nothing and not _padding_fits(logits, seq_len, seq_len_kv,
+                                                    get_mqa_logits_config(heads, head_dim)):
+        raise ValueError(f"logits_padded: logits' storage must hold rows up to a multiple of the query block and "
+                         f"a block of keys past seq_len_kv, got strides {logits.stride()}")
     named = list(zip(_NAMES, (q, kv, kv_sf, weights, ks, ke, logits)))
     device = checks.check_same_cuda_device(named)
     checks.check_no_overlap(logits, "logits", named[:6])
-    nothing = seq_len == 0 or logits.shape[1] == 0
     if not nothing:
         if not q.is_contiguous():
             raise ValueError(f"q must be contiguous, got strides {q.stride()}")
@@ -153,10 +171,10 @@ def normalise(q, kv, kv_sf, weights, ks, ke, logits, clean, max_seqlen_k) -> One
             raise ValueError(f"weights must have unit stride along the heads, got strides {weights.stride()}")
         if logits.shape[1] > 1 and logits.stride(1) != 1:
             raise ValueError(f"logits must have unit stride along its columns, got strides {logits.stride()}")
-    kind = MQAKind(heads, head_dim, max_seqlen_k > 0, bool(clean), logits.dtype == torch.bfloat16)
+    kind = MQAKind(heads, head_dim, max_seqlen_k > 0, bool(clean), logits.dtype == torch.bfloat16, bool(padded))
+    logits_stride = logits.stride(0) if seq_len > 1 or padded else logits.shape[1]
     ops = Operands(seq_len, seq_len_kv, kind, kv.stride(0) if seq_len_kv > 1 else head_dim,
-                   weights.stride(0) if seq_len > 1 else heads, logits.stride(0) if seq_len > 1 else logits.shape[1],
-                   max_seqlen_k)
+                   weights.stride(0) if seq_len > 1 else heads, logits_stride, max_seqlen_k)
     # Pointers: q and kv by TMA (16 bytes), the rest 4-byte words, the logits elements.
     aligns = (16, 16, 4, 4, 4, 4, logits.element_size())
     return OneOutputLayout(nothing, device, ops, _NAMES, aligns, tuple(checks.extent_bytes(t) for _, t in named),
@@ -168,6 +186,6 @@ def load(kind: MQAKind, device_index: int, arch: str) -> None:
     _kernel(kind, device_index, arch)
 
 
-MQA_LOGITS = Variant("mqa_logits", "fp8_fp4_mqa_logits", (TENSOR,) * 7 + (INT, INT), normalise, gemm=False)
+MQA_LOGITS = Variant("mqa_logits", "fp8_fp4_mqa_logits", (TENSOR,) * 7 + (INT, INT, INT), normalise, gemm=False)
 FAMILY = Family("sm90_fp8_mqa_logits", HEADER, FUNCTION, PARAMS, ("sm_90a",), (MQA_LOGITS,), build_plan,
                 clear_kernels, load)

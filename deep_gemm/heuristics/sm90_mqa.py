@@ -10,9 +10,8 @@ from .sm90 import SMEM_BUDGET
 HEAD_COUNTS = (32, 64)
 HEAD_DIMS = (32, 64, 128)
 N_COLUMNS = 128      # BLOCK_Q x heads
-BLOCK_KV = 128
+MATH_WARPGROUPS = 4  # 64 keys each: BLOCK_KV = 64 x MATH_WARPGROUPS
 MAX_STAGES = 8
-NUM_THREADS = 256 + 32  # two math warpgroups and a TMA producer warp
 
 
 @dataclass(frozen=True)
@@ -21,7 +20,8 @@ class MQAConfig:
     block_kv: int
     num_stages: int
     smem_size: int
-    num_threads: int
+    num_threads: int       # the math warpgroups' and a producer warpgroup's
+    math_warpgroups: int
 
 
 def mqa_smem_size(heads: int, head_dim: int, block_q: int, block_kv: int, num_stages: int) -> int:
@@ -30,15 +30,19 @@ def mqa_smem_size(heads: int, head_dim: int, block_q: int, block_kv: int, num_st
 
 
 @functools.lru_cache(maxsize=64)
-def get_mqa_logits_config(heads: int, head_dim: int) -> MQAConfig:
-    """Configuration for `heads` query heads (HEAD_COUNTS) of `head_dim` (HEAD_DIMS)."""
+def get_mqa_logits_config(heads: int, head_dim: int, math_warpgroups: int = MATH_WARPGROUPS) -> MQAConfig:
+    """Configuration for `heads` query heads (HEAD_COUNTS) of `head_dim` (HEAD_DIMS) with `math_warpgroups` (2 or
+    4), as many stages as fit the shared memory."""
     if heads not in HEAD_COUNTS or head_dim not in HEAD_DIMS:
         raise ValueError(f"MQA logits on SM90 take heads in {HEAD_COUNTS} and head_dim in {HEAD_DIMS}, got {heads}, "
                          f"{head_dim}")
-    block_q = N_COLUMNS // heads
-    stages = next(s for s in range(MAX_STAGES, 0, -1)
-                  if mqa_smem_size(heads, head_dim, block_q, BLOCK_KV, s) <= SMEM_BUDGET)
-    return MQAConfig(block_q, BLOCK_KV, stages, mqa_smem_size(heads, head_dim, block_q, BLOCK_KV, stages), NUM_THREADS)
+    if math_warpgroups not in (2, 4):
+        raise ValueError(f"math_warpgroups must be 2 or 4, got {math_warpgroups}")
+    block_q, block_kv = N_COLUMNS // heads, 64 * math_warpgroups
+    stages = next(s for s in range(MAX_STAGES, 1, -1)
+                  if mqa_smem_size(heads, head_dim, block_q, block_kv, s) <= SMEM_BUDGET)
+    return MQAConfig(block_q, block_kv, stages, mqa_smem_size(heads, head_dim, block_q, block_kv, stages),
+                     128 * math_warpgroups + 128, math_warpgroups)
 
 
 def mqa_grid(seq_len: int, config: MQAConfig) -> int:

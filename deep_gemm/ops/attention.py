@@ -27,6 +27,8 @@ _MQA_LOGITS = int(Op.MQA_LOGITS)
 _PAGED_MQA_LOGITS = int(Op.PAGED_MQA_LOGITS)
 # Logits rows are allocated this many elements apart at least (DeepGEMM's 256-column alignment).
 LOGITS_ROW_ALIGNMENT = 256
+MQA_LOGITS_ROW_PADDING = 4       # the prefill kernel's largest query block (32 heads)
+MQA_LOGITS_COLUMN_PADDING = 256  # and key block
 
 
 def fp8_gemm_nt_skip_head_mid(a: Tuple[torch.Tensor, torch.Tensor], b: Tuple[torch.Tensor, torch.Tensor],
@@ -86,10 +88,10 @@ def fp8_fp4_mqa_logits(q, kv: Tuple[torch.Tensor, torch.Tensor], weights: torch.
     q: (q [S, H, D] float8_e4m3fn contiguous, None) or the tensor alone; kv: (kv [Skv, D] float8_e4m3fn, kv_sf [Skv]
     float32); weights [S, H] float32; cu_seq_len_k_start / _end: ks, ke [S] int32. SM90 takes H in {32, 64} and D in
     {32, 64, 128}; FP4 q (q with scales), BF16 weights and other head counts are SM100-only and refused.
-    Returns logits [S, Skv] (float32 or `logits_dtype` bfloat16), a view of rows 256-column aligned: columns outside
-    [ks[i], ke[i]) are -inf with `clean_logits`, else not written. With `max_seqlen_k` > 0 the rows are compressed to
-    [S, max_seqlen_k], column c holding key ks[i] + c (c < ke[i] - ks[i]; the rest not written; clean_logits must be
-    False). Deterministic; no host synchronisation."""
+    Returns logits [S, Skv] (float32 or `logits_dtype` bfloat16), a view of padded rows: columns outside
+    [ks[i], ke[i]) are -inf with `clean_logits`, else unspecified (as DeepGEMM's). With `max_seqlen_k` > 0 the rows
+    are compressed to [S, max_seqlen_k], column c holding key ks[i] + c (c < ke[i] - ks[i]; the rest not written;
+    clean_logits must be False). Deterministic; no host synchronisation."""
     q = _fp8_query(q)
     kv, kv_sf = _pair(kv, "kv")
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
@@ -100,10 +102,14 @@ def fp8_fp4_mqa_logits(q, kv: Tuple[torch.Tensor, torch.Tensor], weights: torch.
     _check_flag(clean_logits, "clean_logits")
     _check_nonnegative(max_seqlen_k, "max_seqlen_k")
     width = max_seqlen_k or kv.shape[0]
-    logits = torch.empty((q.shape[0], align(max(width, 1), LOGITS_ROW_ALIGNMENT)), dtype=logits_dtype,
-                         device=q.device)[:, :width]
+    # Full rows get room for the kernel to write without range checks: rows up to a multiple of every query block,
+    # a key block past the last key.
+    padded = not max_seqlen_k and q.shape[0] > 0
+    rows, pad = (align(q.shape[0], MQA_LOGITS_ROW_PADDING), MQA_LOGITS_COLUMN_PADDING) if padded else (q.shape[0], 0)
+    logits = torch.empty((rows, align(max(width, 1) + pad, LOGITS_ROW_ALIGNMENT)), dtype=logits_dtype,
+                         device=q.device)[:q.shape[0], :width]
     call(_MQA_LOGITS, q, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end, logits, int(bool(clean_logits)),
-         max_seqlen_k)
+         max_seqlen_k, int(padded))
     return logits
 
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import deep_gemm
-from deep_gemm.families.sm90_fp8_mqa_logits import normalise
+from deep_gemm.families.sm90_fp8_mqa_logits import _padding_fits, normalise
+from deep_gemm.heuristics.sm90_mqa import get_mqa_logits_config
 
 
 def _args(seq_len=4, seq_len_kv=64, heads=64, head_dim=128):
@@ -12,7 +13,7 @@ def _args(seq_len=4, seq_len_kv=64, heads=64, head_dim=128):
     kv = torch.zeros((seq_len_kv, head_dim), dtype=torch.float8_e4m3fn)
     return dict(q=q, kv=kv, kv_sf=torch.ones(seq_len_kv), weights=torch.ones(seq_len, heads),
                 ks=torch.zeros(seq_len, dtype=torch.int32), ke=torch.ones(seq_len, dtype=torch.int32),
-                logits=torch.empty(seq_len, seq_len_kv), clean=1, max_seqlen_k=0)
+                logits=torch.empty(seq_len, seq_len_kv), clean=1, max_seqlen_k=0, padded=0)
 
 
 @pytest.mark.parametrize("change,exc,name", [
@@ -28,11 +29,28 @@ def _args(seq_len=4, seq_len_kv=64, heads=64, head_dim=128):
     (dict(logits=torch.empty(4, 65)), ValueError, "logits"),
     (dict(max_seqlen_k=8, logits=torch.empty(4, 8)), ValueError, "clean_logits"),
     (dict(clean=0, max_seqlen_k=-1), ValueError, "max_seqlen_k"),
+    (dict(padded=2), ValueError, "logits_padded"),
+    (dict(clean=0, max_seqlen_k=8, logits=torch.empty(4, 8), padded=1), ValueError, "logits_padded"),
 ])
 def test_refusals_name_the_argument(change, exc, name):
     args = _args()
     args.update(change)
     with pytest.raises(exc, match=name):
+        normalise(*args.values())
+
+
+def test_padding_must_exist():
+    # The kernel skips range checks only where rows up to the query block and a key block past the end exist.
+    config = get_mqa_logits_config(32, 128)
+    assert config.block_q == 4 and config.block_kv == 256
+    fits = torch.empty(8, 64 + 256)[:5, :64]
+    assert _padding_fits(fits, 5, 64, config)
+    assert not _padding_fits(torch.empty(5, 64 + 256)[:, :64], 5, 64, config)  # rows 5..7 missing
+    assert not _padding_fits(torch.empty(8, 64 + 255)[:5, :64], 5, 64, config)
+    assert not _padding_fits(torch.empty(9, 64 + 256)[1:6, :64], 5, 64, config)  # not the storage's start
+    args = _args(seq_len=5, heads=32)
+    args.update(logits=torch.empty(5, 64 + 256)[:, :64], padded=1)
+    with pytest.raises(ValueError, match="logits_padded"):
         normalise(*args.values())
 
 

@@ -77,6 +77,20 @@ def test_mqa_logits_compressed_and_bf16(heads, head_dim):
     assert calc_diff(unclean.masked_fill(~inside, 0), ref.masked_fill(~inside, 0)) < 1e-6
 
 
+@pytest.mark.parametrize("heads,head_dim", [(64, 32), (32, 128)])
+def test_mqa_logits_range_checked_form(heads, head_dim):
+    # The op pads its own logits and lets the kernel write every walked key; into a caller's tensor (logits_padded 0)
+    # the kernel writes the keys in range only: the poison elsewhere survives.
+    from deep_gemm.runtime import Op, call
+    seq_len, seq_len_kv = 67, 300
+    q, kv, kv_sf, weights, ks, ke = _mqa_inputs(seq_len, seq_len_kv, heads, head_dim, 21)
+    ref, inside = mqa_reference(q, kv, kv_sf, weights, ks, ke)
+    logits = torch.full((seq_len, seq_len_kv), 1234.5, device="cuda")
+    call(int(Op.MQA_LOGITS), q, kv, kv_sf, weights, ks, ke, logits, 0, 0, 0)
+    assert torch.all(logits[~inside] == 1234.5), "a key outside its query's range was written"
+    assert calc_diff(logits.masked_fill(~inside, 0), ref.masked_fill(~inside, 0)) < 1e-6
+
+
 def test_mqa_logits_cuda_graph():
     q, kv, kv_sf, weights, ks, ke = _mqa_inputs(40, 500, 64, 128, 11)
     ref, inside = mqa_reference(q, kv, kv_sf, weights, ks, ke)

@@ -200,7 +200,7 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
 
             float sums[2][kNextN];
             Heads::reduce(accum, w, sf, sums);
-            Heads::store(sums, lane, [&](uint32_t r, uint32_t j, float value) {
+            Heads::store(sums, [&](uint32_t r, uint32_t j, float value) {
                 const uint32_t t = blk * kPagedBlockTokens + row0 + 8 * r;
                 if (static_cast<int32_t>(t) < ctx[j] and t < max_context_len)
                     store_logit<Config::kOutputBF16>(logits, static_cast<uint64_t>(b * kNextN + j) * logits_stride + t,

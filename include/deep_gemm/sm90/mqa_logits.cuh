@@ -2,7 +2,7 @@
 
 // What the two MQA logits kernels (fp8_mqa_logits.cuh: prefill, fp8_paged_mqa_logits.cuh: paged decode) do alike
 // with one 64-key accumulator tile of an m64 x N WGMMA (mqa_tile_mma) whose N columns are kQueries queries x H heads
-// (column n: head n % H of query n / H): the thread's weights, the head reduction and the one-lane-per-value stores.
+// (column n: head n % H of query n / H): the thread's weights, the head reduction and the stores.
 // In the accumulator (epilogue.cuh's layout) a thread holds keys lane / 4 and lane / 4 + 8 of its warp's 16 and, per
 // 8-column chunk c, columns 8 c + 2 (lane % 4) + {0, 1}.
 
@@ -51,14 +51,15 @@ struct MQAHeads {
         }
     }
 
-    // One lane of the quad stores each (key row r, query q): pair p = r * kQueries + q goes to lane p % 4, which calls
-    // store(r, q, value) (the kernel's own range checks and address).
+    // Every lane of the quad stores each (key row r, query q) through store(r, q, value) (the kernel's own range
+    // checks and address): the quad's four stores of one value to one address merge into one, and no lane branches.
     template <typename Store>
-    __device__ __forceinline__ static void store(const float (&sums)[2][kQueries], uint32_t lane, Store&& store_one) {
+    __device__ __forceinline__ static void store(const float (&sums)[2][kQueries], Store&& store_one) {
         #pragma unroll
-        for (uint32_t p = 0; p < 2 * kQueries; ++p) {
-            if (p % 4 == lane % 4)
-                store_one(p / kQueries, p % kQueries, sums[p / kQueries][p % kQueries]);
+        for (uint32_t r = 0; r < 2; ++r) {
+            #pragma unroll
+            for (uint32_t q = 0; q < kQueries; ++q)
+                store_one(r, q, sums[r][q]);
         }
     }
 };
@@ -82,13 +83,21 @@ __device__ __forceinline__ void mqa_tile_mma(uint32_t kv_lo, uint32_t q_lo, floa
         wgmma_fence_operand(accum[i]);
 }
 
-// A logits element: FP32, or BF16 rounded to nearest.
+// A logits element: FP32, or BF16 (its bits) rounded to nearest.
+template <bool kBF16>
+using Logit = typename Conditional<kBF16, uint16_t, float>::Type;
+
+template <bool kBF16>
+__device__ __forceinline__ Logit<kBF16> to_logit(float value) {
+    if constexpr (kBF16)
+        return static_cast<uint16_t>(pack_bf16x2(value, 0.0f));
+    else
+        return value;
+}
+
 template <bool kBF16>
 __device__ __forceinline__ void store_logit(void* logits, uint64_t offset, float value) {
-    if constexpr (kBF16)
-        static_cast<uint16_t*>(logits)[offset] = static_cast<uint16_t>(pack_bf16x2(value, 0.0f));
-    else
-        static_cast<float*>(logits)[offset] = value;
+    static_cast<Logit<kBF16>*>(logits)[offset] = to_logit<kBF16>(value);
 }
 
 }  // namespace deep_gemm::sm90
