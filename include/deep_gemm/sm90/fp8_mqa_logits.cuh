@@ -139,12 +139,18 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
         const uint32_t i = q_begin + q;
         return i < seq_len ? __ldg(weights + static_cast<uint64_t>(i) * weights_stride + h) : 0.0f;
     });
-    int32_t q_ks[BLOCK_Q], q_ke[BLOCK_Q];
+    // Query q keeps keys k with 0 <= k - q_ks[q] < q_len[q]: its range cut to the keys that exist and, compressed, to
+    // the row's max_seqlen_k columns (a query past seq_len keeps none).
+    int32_t q_ks[BLOCK_Q];
+    uint32_t q_len[BLOCK_Q];
     #pragma unroll
     for (uint32_t q = 0; q < BLOCK_Q; ++q) {
         const bool valid = q_begin + q < seq_len;
         q_ks[q] = valid ? __ldg(ks + q_begin + q) : 0;
-        q_ke[q] = valid ? __ldg(ke + q_begin + q) : 0;
+        int32_t e = valid ? min(__ldg(ke + q_begin + q), static_cast<int32_t>(seq_len_kv)) : 0;
+        if constexpr (Config::kCompressed)
+            e = min(e, q_ks[q] + static_cast<int32_t>(max_seqlen_k));
+        q_len[q] = static_cast<uint32_t>(max(e - q_ks[q], 0));
     }
 
     float accum[MMA::kNumAccum];
@@ -155,9 +161,13 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
         q_full->wait(0);
     // This thread's keys: rows lane / 4 and lane / 4 + 8 of its warp's 16 in each block.
     uint32_t key0 = kv_begin + wg * 64 + (warp_idx % 4) * 16 + lane / 4;
-    // With padded logits: key0's logit of the first query, advanced a block at a time.
+    // key0's logit of the first query (compressed: at column key0), advanced a block at a time; query q's is
+    // q_offset(q) further.
     Logit<Config::kOutputBF16>* out = static_cast<Logit<Config::kOutputBF16>*>(logits) +
                                       static_cast<uint64_t>(q_begin) * logits_stride + key0;
+    const auto q_offset = [&](uint32_t q) {
+        return static_cast<long long>(q) * logits_stride - (Config::kCompressed ? q_ks[q] : 0);
+    };
     uint32_t stage = 0, phase = 0;
     for (uint32_t b = 0; b < num_kv_blocks; ++b) {
         // The keys' scales load under the WGMMAs; a key past the end reads the last scale (its logit is not kept).
@@ -173,20 +183,10 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
         float sums[2][BLOCK_Q];
         Heads::reduce(accum, w, sf, sums);
         Heads::store(sums, [&](uint32_t r, uint32_t q, float value) {
-            if constexpr (Config::kPaddedLogits) {
-                // Rows up to the next BLOCK_Q multiple and BLOCK_KV columns past the last key exist: keys outside
-                // the query's range are written too (the clean below or the caller's contract covers them).
-                out[q * static_cast<uint64_t>(logits_stride) + 8 * r] = to_logit<Config::kOutputBF16>(value);
-            } else {
-                const uint32_t key = key0 + 8 * r;
-                const uint64_t row = static_cast<uint64_t>(q_begin + q) * logits_stride;
-                const int32_t k = static_cast<int32_t>(key);
-                const int32_t col = Config::kCompressed ? k - q_ks[q] : k;
-                const bool in_range = k >= q_ks[q] and k < q_ke[q] and key < seq_len_kv and
-                                      (not Config::kCompressed or col < static_cast<int32_t>(max_seqlen_k));
-                if (q_begin + q < seq_len and in_range)
-                    store_logit<Config::kOutputBF16>(logits, row + col, value);
-            }
+            // With padded logits rows up to the next BLOCK_Q multiple and BLOCK_KV columns past the last key exist:
+            // keys outside the query's range are written too (the clean below or the caller's contract covers them).
+            if (Config::kPaddedLogits or key0 + 8 * r - static_cast<uint32_t>(q_ks[q]) < q_len[q])
+                out[q_offset(q) + 8 * r] = to_logit<Config::kOutputBF16>(value);
         });
         key0 += BLOCK_KV;
         out += BLOCK_KV;
@@ -205,7 +205,7 @@ fp8_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [
             if (q_begin + q >= seq_len)
                 break;
             const uint32_t s = min(static_cast<uint32_t>(max(q_ks[q], 0)), seq_len_kv);
-            const uint32_t e = max(s, min(static_cast<uint32_t>(max(q_ke[q], 0)), seq_len_kv));
+            const uint32_t e = max(s, static_cast<uint32_t>(max(q_ks[q] + static_cast<int32_t>(q_len[q]), 0)));
             const uint64_t row = static_cast<uint64_t>(q_begin + q) * logits_stride;
             #pragma unroll 1
             for (uint32_t j = t; j < s; j += kMQAMathThreads)
