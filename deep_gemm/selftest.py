@@ -7,9 +7,7 @@ and compare them with a dequantised FP32 reference (`ensure`; the problems are d
 registered here with `register` because they call the public ops, above the families). The verdict is cached per
 (device, variant) for the life of the process: a passing one costs one dict lookup per new plan afterwards; a failing
 one raises `SelfTestError` now and at every later use, so an untested kernel never silently returns wrong numbers.
-DG_SM100_SELFTEST=0 turns the gate off (the kernels then run unchecked). Of the Hopper (sm_90) kernels only those
-written without a GPU run to check them pass through it (`what` names them in the error): the paged MQA logits
-kernel (deep_gemm/families/sm90_fp8_paged_mqa_logits.py), until its GPU tests have run.
+DG_SM100_SELFTEST=0 turns the gate off (the kernels then run unchecked).
 """
 import threading
 import time
@@ -69,16 +67,16 @@ def device_key(device_index: int) -> Tuple:
     return (device_index, torch.cuda.get_device_name(device_index), torch.cuda.get_device_capability(device_index))
 
 
-def _message(family: str, device: Tuple, failures: List[CaseResult], what: str = "sm100 kernel") -> str:
+def _message(family: str, device: Tuple, failures: List[CaseResult]) -> str:
     lines = [f"{c.problem}: " + (c.error or f"calc_diff {c.diff:.3g} >= {c.bound:g}") for c in failures]
-    return (f"deep_gemm: the {what} of the {family!r} variant FAILED its self-test on device {device[0]} "
+    return (f"deep_gemm: the sm100 kernel of the {family!r} variant FAILED its self-test on device {device[0]} "
             f"({device[1]}, sm_{device[2][0]}{device[2][1]}): its results are wrong on this device, so it will not be "
             f"used. Failed problems: " + "; ".join(lines) + ". Please report this with `python -m deep_gemm doctor` "
             f"output. DG_SM100_SELFTEST=0 skips the check (at your own risk).")
 
 
 def ensure(device_index: int, family: str, runner: Callable[[], List[CaseResult]],
-           key: Optional[Tuple] = None, what: str = "sm100 kernel") -> None:
+           key: Optional[Tuple] = None) -> None:
     """Make sure `family` passed its self-test on device `device_index`: run `runner` (which launches the family's
     kernels on small problems and returns their results) the first time, cache the verdict, and raise SelfTestError
     if any problem failed. `key` overrides the device key (tests). Launches made by `runner` itself pass through."""
@@ -101,7 +99,7 @@ def ensure(device_index: int, family: str, runner: Callable[[], List[CaseResult]
         failures = [r for r in results if not r.ok]
         if not results:
             failures = [CaseResult("(no problem ran)", float("nan"), 0.0, "the self-test ran no problem")]
-        verdict = _verdicts[cache_key] = _message(family, device, failures, what) if failures else ""
+        verdict = _verdicts[cache_key] = _message(family, device, failures) if failures else ""
     if verdict:
         raise SelfTestError(verdict)
 

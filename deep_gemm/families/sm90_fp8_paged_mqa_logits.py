@@ -2,13 +2,12 @@
 attention indexer at decode: FP8 q against an FP8 KV cache of 64-token blocks with in-block scales, through a block
 table, scheduled by `get_paged_mqa_logits_metadata`): validation of a call's arguments into a layout, the kernel
 configuration, and the `_C` plan."""
-import functools
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 
-from .. import jit, log, selftest
+from .. import jit, log
 from ..device import get_device_arch, get_num_sms
 from ..envs import read_env
 from ..heuristics.sm90_mqa import (HEAD_COUNTS, PAGED_BLOCK_TOKENS, PAGED_HEAD_DIM, PAGED_ITEM_TOKENS, PAGED_NEXT_NS,
@@ -21,8 +20,9 @@ from .variant import TENSOR, Family, Variant
 HEADER = "deep_gemm/sm90/fp8_paged_mqa_logits.cuh"
 # NOTES: DeepGEMM's test_attention profiles the kernel by the substring "paged_mqa_logits".
 FUNCTION = "deep_gemm::sm90::fp8_paged_mqa_logits_impl"
-PARAMS = (("tensor_map_q", TENSOR_MAP), ("tensor_map_kv", TENSOR_MAP), ("kv_cache", POINTER), ("weights", POINTER),
-          ("context_lens", POINTER), ("block_table", POINTER), ("schedule_meta", POINTER), ("logits", POINTER),
+PARAMS = (("tensor_map_q", TENSOR_MAP), ("tensor_map_kv", TENSOR_MAP), ("tensor_map_sf", TENSOR_MAP),
+          ("weights", POINTER), ("context_lens", POINTER), ("block_table", POINTER), ("schedule_meta", POINTER),
+          ("logits", POINTER),
           ("batch_size", U32), ("max_context_len", U32), ("block_table_stride", U32), ("logits_stride", U32))
 _NAMES = ("q", "kv_cache", "weights", "context_lens", "block_table", "schedule_meta", "logits")
 BLOCK_BYTES = PAGED_BLOCK_TOKENS * (PAGED_HEAD_DIM + 4)  # 64 tokens of 128 FP8 values, then their FP32 scales
@@ -92,7 +92,7 @@ def schedule_metadata(context_lens: torch.Tensor, num_ctas: int) -> torch.Tensor
 
 
 def reference(q, kv_cache, weights, context_lens, block_table) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(FP32 logits [B x next_n, max_blocks x 64] of the FP8 values, the mask of the columns a call writes)."""
+    """benchmarks.attention's check: (FP32 logits [B x next_n, max_blocks x 64] of the FP8 values, the mask of the columns a call writes)."""
     batch, next_n, heads, _ = q.shape
     blocks = kv_cache.view(kv_cache.shape[0], -1)
     values = blocks[:, :PAGED_BLOCK_TOKENS * PAGED_HEAD_DIM].contiguous().view(torch.float8_e4m3fn).float()
@@ -106,67 +106,17 @@ def reference(q, kv_cache, weights, context_lens, block_table) -> Tuple[torch.Te
     return logits.reshape(batch * next_n, -1), written.reshape(batch * next_n, -1)
 
 
-# The first-use self-test (deep_gemm/selftest.py): this kernel was written and compile-tested without a GPU run, so
-# before its first launch on a device it runs these problems (heads, next_n, BF16 logits; 5 batches of up to 5 cache
-# blocks over 7 CTAs: empty, partial, one-token and full contexts, items split across CTAs) against `reference`.
-SELFTEST_KINDS = ((64, 2, False), (32, 1, True))
-SELFTEST_BOUND = {False: 1e-6, True: 1e-5}
-
-
-def _self_test(device: torch.device) -> List[selftest.CaseResult]:
-    results = []
-    gen = torch.Generator(device=device).manual_seed(34)
-    for heads, next_n, bf16 in SELFTEST_KINDS:
-        batch, max_blocks = 5, 5
-        problem = f"paged mqa logits heads={heads} next_n={next_n} {'bf16' if bf16 else 'fp32'}"
-        q = torch.randn((batch, next_n, heads, PAGED_HEAD_DIM), device=device, generator=gen).to(torch.float8_e4m3fn)
-        values = torch.randn((batch * max_blocks, PAGED_BLOCK_TOKENS * PAGED_HEAD_DIM), device=device, generator=gen)
-        scales = torch.rand((batch * max_blocks, PAGED_BLOCK_TOKENS), device=device, generator=gen) + 0.5
-        kv_cache = torch.cat([values.to(torch.float8_e4m3fn).view(torch.uint8), scales.view(torch.uint8)], dim=1)
-        kv_cache = kv_cache.view(batch * max_blocks, PAGED_BLOCK_TOKENS, 1, PAGED_HEAD_DIM + 4)
-        weights = torch.randn((batch * next_n, heads), device=device, generator=gen)
-        last = torch.tensor([0, 1, 65, 300, max_blocks * PAGED_BLOCK_TOKENS], dtype=torch.int32, device=device)
-        context_lens = torch.stack([torch.clamp(last - (next_n - 1 - j), min=0) for j in range(next_n)], 1).int()
-        table = torch.randperm(batch * max_blocks, device=device, generator=gen).int().view(batch, max_blocks)
-        meta = schedule_metadata(context_lens, 7)
-        width = max_blocks * PAGED_BLOCK_TOKENS
-        logits = torch.full((batch * next_n, width), float("nan"), device=device,
-                            dtype=torch.bfloat16 if bf16 else torch.float32)
-        layout = normalise(q, kv_cache, weights, context_lens, table, meta, logits)
-        layout.family = FAMILY
-        layout.run(q, kv_cache, weights, context_lens, table, meta, logits)
-        finished = torch.cuda.Event()
-        finished.record()
-        if not selftest.wait_for(finished.query):
-            results.append(selftest.CaseResult(problem, float("inf"), SELFTEST_BOUND[bf16],
-                                               f"did not finish within {selftest.TIMEOUT_S:g} s (hung)"))
-            break
-        ref, written = reference(q, kv_cache, weights, context_lens, table)
-        got = logits.float()
-        if not bool(torch.isfinite(got[written]).all()):
-            results.append(selftest.CaseResult(problem, float("inf"), SELFTEST_BOUND[bf16],
-                                               "NaN/Inf or unwritten elements inside the contexts"))
-            continue
-        x, y = got.masked_fill(~written, 0).double(), ref.masked_fill(~written, 0).double()
-        diff = float(1 - 2 * (x * y).sum() / (x * x + y * y).sum().clamp(min=1e-30))
-        results.append(selftest.CaseResult(problem, diff, SELFTEST_BOUND[bf16],
-                                           None if bool(torch.isnan(got[~written]).all()) else
-                                           "wrote columns past a context"))
-    return results
-
-
 def build_plan(ops: Operands, extents, device_index: int, num_sms: int, arch: str):
-    selftest.ensure(device_index, "paged_mqa_logits", functools.partial(_self_test, torch.device("cuda", device_index)),
-                    what="Hopper paged MQA logits kernel (not yet run on a GPU when written)")
     kernel = _kernel(ops.kind, device_index, arch)
     cfg, n = kernel.config, ops.kind.next_n * ops.kind.heads
     params = ParamBuffer(PARAMS)
     d = PAGED_HEAD_DIM
     params.tensor_map("tensor_map_q", 0, 1, (d, ops.batch_size * n), (d,), (d, n), 128)
-    # The cache as [blocks x 66, 128] bytes: a block's values are its first 64 rows.
-    params.tensor_map("tensor_map_kv", 1, 1, (d, ops.num_blocks * BLOCK_BYTES // d), (d,), (d, PAGED_BLOCK_TOKENS), 128)
-    for i, name in enumerate(("kv_cache", "weights", "context_lens", "block_table", "schedule_meta", "logits"),
-                             start=1):
+    # The cache as [blocks x 66, 128] bytes: a block's values are its first 64 rows, its scales the last 2.
+    rows = ops.num_blocks * BLOCK_BYTES // d
+    params.tensor_map("tensor_map_kv", 1, 1, (d, rows), (d,), (d, PAGED_BLOCK_TOKENS), 128)
+    params.tensor_map("tensor_map_sf", 1, 1, (d, rows), (d,), (d, BLOCK_BYTES // d - PAGED_BLOCK_TOKENS), 0)
+    for i, name in enumerate(("weights", "context_lens", "block_table", "schedule_meta", "logits"), start=2):
         params.pointer(name, i)
     params.u32("batch_size", ops.batch_size)
     params.u32("max_context_len", ops.max_context_len)

@@ -70,7 +70,8 @@ class PagedMQAConfig:
 def paged_mqa_smem_size(heads: int, next_n: int, num_stages: int) -> int:
     """Mirror of `paged_mqa_logits_smem_size` in the kernel header (the kernel asserts equality)."""
     n = next_n * heads
-    return 2 * n * PAGED_HEAD_DIM + num_stages * 2 * PAGED_BLOCK_TOKENS * PAGED_HEAD_DIM + (2 * num_stages + 4) * 8
+    stage = 2 * PAGED_BLOCK_TOKENS * (PAGED_HEAD_DIM + 4)  # two cache blocks' values and scales
+    return 2 * n * PAGED_HEAD_DIM + num_stages * stage + (2 * num_stages + 4) * 8
 
 
 @functools.lru_cache(maxsize=64)

@@ -108,8 +108,8 @@ def test_paged_metadata_splits_the_items_evenly():
                                            a["schedule_meta"], 128, clean_logits=True)
 
 
-def test_paged_self_test_reference_matches_the_tests_reference():
-    # The first-use self-test's reference (in the family) against the GPU tests' own (tests/gemm_cases.py), on the CPU.
+def test_paged_reference_matches_the_tests_reference():
+    # The family's reference (benchmarks.attention checks with it) against the GPU tests' own (tests/gemm_cases.py).
     from deep_gemm.families.sm90_fp8_paged_mqa_logits import reference
     from gemm_cases import paged_mqa_inputs, paged_mqa_reference
     inputs = paged_mqa_inputs(7, 2, 32, 3, torch.device("cpu"), 5)

@@ -5,7 +5,8 @@
 // logits[b * next_n + j, t] = sum_h w[b * next_n + j, h] * ReLU(q[b, j, h] . kv[t]) * sf[t], where token t lives in
 // cache block block_table[b, t / 64], row t % 64. A cache block is 64 rows of 128 FP8 values and then their 64 FP32
 // scales: 8448 bytes, i.e. 66 rows of 128 bytes, so TMA reads a block's values as 64 rows of a [blocks x 66, 128]
-// matrix. The work is cut into items of kSplitBlocks cache blocks of one batch; persistent CTAs take the items from
+// matrix and its scales as the 2 rows after them (a second, unswizzled map). The work is cut into items of
+// kSplitBlocks cache blocks of one batch; persistent CTAs take the items from
 // schedule_meta[cta] (batch, item) up to the next CTA's start (get_paged_mqa_logits_metadata). Per item the q tile
 // of the batch (next_n x H rows: WGMMA's N side) is loaded unless it is the previous item's, and pairs of cache blocks
 // go through a TMA ring, one block of 64 tokens (WGMMA's M side) per math warpgroup; the head reduction and stores
@@ -32,7 +33,7 @@ constexpr uint32_t kPagedBlockRows = 66;                         // 128-byte row
 // Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_mqa.py), asserted below.
 template <uint32_t N, uint32_t kNumStages>
 constexpr uint32_t paged_mqa_logits_smem_size() {
-    return 2 * N * kPagedHeadDim + kNumStages * 2 * kPagedBlockTokens * kPagedHeadDim + (2 * kNumStages + 4) * 8;
+    return 2 * N * kPagedHeadDim + kNumStages * 2 * kPagedBlockTokens * (kPagedHeadDim + 4) + (2 * kNumStages + 4) * 8;
 }
 
 // Config: kNumHeads, kNextN, kSplitBlocks (cache blocks per work item, even), kNumStages, kOutputBF16, kSmemSize.
@@ -40,7 +41,7 @@ template <typename Config>
 __global__ void __launch_bounds__(kPagedNumThreads, 1)
 fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [B x next_n x H, 128] fp8
                           const __grid_constant__ TmaDescriptor tensor_map_kv,  // kv_cache [blocks x 66, 128] bytes
-                          const uint8_t* __restrict__ kv_cache,                 // its scales: bytes 8192.. of a block
+                          const __grid_constant__ TmaDescriptor tensor_map_sf,  // the same, 2-row boxes
                           const float* __restrict__ weights,                    // [B x next_n, H]
                           const int32_t* __restrict__ context_lens,             // [B, next_n]
                           const int32_t* __restrict__ block_table,              // [B, block_table_stride]
@@ -59,6 +60,7 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     constexpr uint32_t kItemTokens = kSplitBlocks * kPagedBlockTokens;
     constexpr uint32_t N = kNextN * H;
     constexpr uint32_t kStageBytes = 2 * kPagedBlockTokens * D;  // one cache block per math warpgroup
+    constexpr uint32_t kStageSfBytes = 2 * kPagedBlockTokens * 4;  // and its scales
     using MMA = FP8WGMMA<N>;
     using Heads = MQAHeads<kNextN, H>;
     DG_STATIC_ASSERT(H % 8 == 0 and N <= 256, "next_n x heads must fit one WGMMA's N");
@@ -70,7 +72,8 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_q = smem;                       // 2 x [N, D]
     uint8_t* smem_kv = smem + 2 * N * D;          // kNumStages x [2 x 64, D]
-    Barrier* full = reinterpret_cast<Barrier*>(smem_kv + kNumStages * kStageBytes);
+    float* smem_sf = reinterpret_cast<float*>(smem_kv + kNumStages * kStageBytes);  // kNumStages x [2 x 64]
+    Barrier* full = reinterpret_cast<Barrier*>(smem_kv + kNumStages * (kStageBytes + kStageSfBytes));
     Barrier* empty = full + kNumStages;
     Barrier* q_full = empty + kNumStages;
     Barrier* q_empty = q_full + 2;
@@ -118,9 +121,11 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
         if (threadIdx.x == kPagedMathThreads) {
             prefetch_tma_descriptor(&tensor_map_q);
             prefetch_tma_descriptor(&tensor_map_kv);
-            uint32_t stage_count = 0, q_count = 0, q_batch = 0xffffffffu;
+            prefetch_tma_descriptor(&tensor_map_sf);
+            uint32_t stage_count = 0, q_count = 0, q_batch = 0xffffffffu, tokens_batch = 0xffffffffu, tokens = 0;
             for (uint32_t b = first_batch, item = first_item; in_range(b, item);) {
-                const uint32_t tokens = batch_tokens(b);
+                if (b != tokens_batch)
+                    tokens = batch_tokens(b), tokens_batch = b;
                 if (item >= ceil_div(tokens, kItemTokens)) {
                     ++b, item = 0;
                     continue;
@@ -133,18 +138,24 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
                     q_full[q_stage].arrive_and_expect_tx(N * D);
                     q_batch = b, ++q_count;
                 }
-                #pragma unroll 1
+                // The item's cache blocks, read together (one memory latency per item, not one per block).
+                int32_t blocks[kSplitBlocks];
+                #pragma unroll
+                for (uint32_t i = 0; i < kSplitBlocks; ++i)
+                    blocks[i] = cache_block(b, item * kSplitBlocks + i, tokens);
+                #pragma unroll
                 for (uint32_t pair = 0; pair < kSplitBlocks / 2; ++pair, ++stage_count) {
                     const uint32_t stage = stage_count % kNumStages;
                     empty[stage].wait(((stage_count / kNumStages) & 1) ^ 1);
                     #pragma unroll
                     for (uint32_t half = 0; half < 2; ++half) {
-                        const int32_t block = cache_block(b, item * kSplitBlocks + 2 * pair + half, tokens);
+                        const int32_t row = blocks[2 * pair + half] * static_cast<int32_t>(kPagedBlockRows);
                         tma_load_2d(&tensor_map_kv, &full[stage], smem_kv + stage * kStageBytes +
-                                    half * kPagedBlockTokens * D, 0, block * static_cast<int32_t>(kPagedBlockRows),
-                                    kTmaCacheHintEvictNormal);
+                                    half * kPagedBlockTokens * D, 0, row, kTmaCacheHintEvictNormal);
+                        tma_load_2d(&tensor_map_sf, &full[stage], smem_sf + (2 * stage + half) * kPagedBlockTokens, 0,
+                                    row + static_cast<int32_t>(kPagedBlockTokens), kTmaCacheHintEvictNormal);
                     }
-                    full[stage].arrive_and_expect_tx(kStageBytes);
+                    full[stage].arrive_and_expect_tx(kStageBytes + kStageSfBytes);
                 }
                 ++item;
             }
@@ -155,12 +166,13 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     // Math warpgroups: warpgroup wg takes the cache block 2 x pair + wg of each pair.
     warpgroup_reg_alloc<232>();
     const uint32_t wg = warp_idx / 4;
-    uint32_t stage_count = 0, q_count = 0, q_batch = 0xffffffffu, q_stage = 0;
+    uint32_t stage_count = 0, q_count = 0, q_batch = 0xffffffffu, q_stage = 0, tokens_batch = 0xffffffffu, tokens = 0;
     float w[Heads::kNumChunks][2];
     int32_t ctx[kNextN];
     float accum[MMA::kNumAccum];
     for (uint32_t b = first_batch, item = first_item; in_range(b, item);) {
-        const uint32_t tokens = batch_tokens(b);
+        if (b != tokens_batch)
+            tokens = batch_tokens(b), tokens_batch = b;
         if (item >= ceil_div(tokens, kItemTokens)) {
             ++b, item = 0;
             continue;
@@ -185,14 +197,11 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
             const uint32_t blk = item * kSplitBlocks + 2 * pair + wg;
             // This thread's tokens: rows lane / 4 and lane / 4 + 8 of its warp's 16 in the block; their scales.
             const uint32_t row0 = (warp_idx % 4) * 16 + lane / 4;
-            const uint8_t* block_ptr = kv_cache + static_cast<uint64_t>(cache_block(b, blk, tokens)) *
-                                                      (kPagedBlockRows * 128);
+            full[stage].wait((stage_count / kNumStages) & 1);
             float sf[2];
             #pragma unroll
             for (uint32_t r = 0; r < 2; ++r)
-                sf[r] = __ldg(reinterpret_cast<const float*>(block_ptr + kPagedBlockTokens * D) + row0 + 8 * r);
-
-            full[stage].wait((stage_count / kNumStages) & 1);
+                sf[r] = smem_sf[(2 * stage + wg) * kPagedBlockTokens + row0 + 8 * r];
             const uint32_t kv_desc_lo = kmajor_sw128_desc_lo(
                 smem_u32(smem_kv + stage * kStageBytes + wg * kPagedBlockTokens * D));
             mqa_tile_mma<MMA, D>(kv_desc_lo, q_desc_lo, accum);
