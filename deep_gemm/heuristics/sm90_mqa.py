@@ -1,8 +1,9 @@
 """Hopper (sm_90a) configuration of the MQA logits kernel (include/deep_gemm/sm90/fp8_mqa_logits.cuh): BLOCK_Q
-queries per CTA so that their heads fill one 128-wide WGMMA N side, 128 keys per stage (64 per math warpgroup), as
-many stages as fit up to MAX_STAGES; one CTA per block of queries."""
+queries per CTA so that their heads fill one 128-wide WGMMA N side, 64 keys per math warpgroup and stage, as many
+stages as fit up to MAX_STAGES; one CTA per block of queries."""
 import functools
 from dataclasses import dataclass
+from typing import Tuple
 
 from .common import ceil_div
 from .sm90 import SMEM_BUDGET
@@ -43,6 +44,12 @@ def get_mqa_logits_config(heads: int, head_dim: int, math_warpgroups: int = MATH
                   if mqa_smem_size(heads, head_dim, block_q, block_kv, s) <= SMEM_BUDGET)
     return MQAConfig(block_q, block_kv, stages, mqa_smem_size(heads, head_dim, block_q, block_kv, stages),
                      128 * math_warpgroups + 128, math_warpgroups)
+
+
+def mqa_logits_padding() -> Tuple[int, int]:
+    """(rows, columns) that logits rows padded for the kernel's unchecked stores need: the row count rounded up to
+    a multiple of the largest query block, and a key block past the last key (any head count and head dim)."""
+    return N_COLUMNS // min(HEAD_COUNTS), 64 * MATH_WARPGROUPS
 
 
 def mqa_grid(seq_len: int, config: MQAConfig) -> int:

@@ -14,7 +14,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..heuristics.sm90_mqa import PAGED_BLOCK_TOKENS
+from ..heuristics.sm90_mqa import PAGED_BLOCK_TOKENS, mqa_logits_padding
 from ..runtime import Op, call, paged_mqa_logits_schedule
 from ..utils.math import align
 from .v2 import _TOKEN, _BLOCK, _check_compiled_dims, _check_flag, _granularities, _pair
@@ -27,8 +27,6 @@ _MQA_LOGITS = int(Op.MQA_LOGITS)
 _PAGED_MQA_LOGITS = int(Op.PAGED_MQA_LOGITS)
 # Logits rows are allocated this many elements apart at least (DeepGEMM's 256-column alignment).
 LOGITS_ROW_ALIGNMENT = 256
-MQA_LOGITS_ROW_PADDING = 4       # the prefill kernel's largest query block (32 heads)
-MQA_LOGITS_COLUMN_PADDING = 256  # and key block
 
 
 def fp8_gemm_nt_skip_head_mid(a: Tuple[torch.Tensor, torch.Tensor], b: Tuple[torch.Tensor, torch.Tensor],
@@ -105,7 +103,8 @@ def fp8_fp4_mqa_logits(q, kv: Tuple[torch.Tensor, torch.Tensor], weights: torch.
     # Full rows get room for the kernel to write without range checks: rows up to a multiple of every query block,
     # a key block past the last key.
     padded = not max_seqlen_k and q.shape[0] > 0
-    rows, pad = (align(q.shape[0], MQA_LOGITS_ROW_PADDING), MQA_LOGITS_COLUMN_PADDING) if padded else (q.shape[0], 0)
+    row_multiple, pad = mqa_logits_padding() if padded else (1, 0)
+    rows = align(q.shape[0], row_multiple)
     logits = torch.empty((rows, align(max(width, 1) + pad, LOGITS_ROW_ALIGNMENT)), dtype=logits_dtype,
                          device=q.device)[:q.shape[0], :width]
     call(_MQA_LOGITS, q, kv, kv_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end, logits, int(bool(clean_logits)),

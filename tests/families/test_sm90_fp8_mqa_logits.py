@@ -5,7 +5,7 @@ import torch
 
 import deep_gemm
 from deep_gemm.families.sm90_fp8_mqa_logits import _padding_fits, normalise
-from deep_gemm.heuristics.sm90_mqa import get_mqa_logits_config
+from deep_gemm.heuristics.sm90_mqa import HEAD_COUNTS, HEAD_DIMS, get_mqa_logits_config, mqa_logits_padding
 
 
 def _args(seq_len=4, seq_len_kv=64, heads=64, head_dim=128):
@@ -43,6 +43,10 @@ def test_padding_must_exist():
     # The kernel skips range checks only where rows up to the query block and a key block past the end exist.
     config = get_mqa_logits_config(32, 128)
     assert config.block_q == 4 and config.block_kv == 256
+    # What the op pads by covers every head count and head dim.
+    rows, columns = mqa_logits_padding()
+    assert all(rows % get_mqa_logits_config(h, d).block_q == 0 and columns >= get_mqa_logits_config(h, d).block_kv
+               for h in HEAD_COUNTS for d in HEAD_DIMS)
     fits = torch.empty(8, 64 + 256)[:5, :64]
     assert _padding_fits(fits, 5, 64, config)
     assert not _padding_fits(torch.empty(5, 64 + 256)[:, :64], 5, 64, config)  # rows 5..7 missing
