@@ -14,8 +14,15 @@ masked_decode cases also time the peer's call (`fp8_gemm_nt`, `m_grouped_fp8_gem
 in the same process, check it against ours on the defined elements, and report peer/floor and peer/ours.
 `--flushes write` skips the read-flush column (half the time).
 
-    python -m benchmarks.floors [--suite bmm|dense|decode|masked|masked_decode|all] [--peer MODULE]
-                                [--flushes write read] [--json PATH]   (needs Triton, as the BMM seed does)
+The cast suites (issue 35) time the FP8 casts' kernel (`per_token_cast_to_fp8` with the GEMMs' MN-major scales,
+`per_block_cast_to_fp8`, and a few variants) against the floor of reading x once and writing the e4m3 data and the
+scales once, and, after the write flush only, the torch definition they replace (`*_cast_to_fp8_torch`: the sum of
+its kernels, its zero fill included; the launch gaps between them are not counted). Each case first checks that the
+kernel's result is bitwise the torch definition's ("bitwise_equal" in the JSON).
+
+    python -m benchmarks.floors [--suite bmm|dense|decode|masked|masked_decode|cast|cast_block|cast_variants|all]
+                                [--peer MODULE] [--flushes write read] [--json PATH]   (needs Triton, as the BMM
+                                seed does)
 """
 import argparse
 import importlib
@@ -30,6 +37,7 @@ import deep_gemm
 from benchmarks import bmm
 from benchmarks.bench import DENSE_NK, dense_shapes, gpu_state, provenance, skewed_sizes
 from deep_gemm.testing import calc_diff, count_bytes
+from deep_gemm.utils import math as dg_math
 
 try:
     import triton
@@ -135,11 +143,56 @@ def masked_decode_case(groups, expected_m, n, k, skewed):
     return label, fn, read, rows * n * 2, (out, peer_fn, valid)
 
 
+def cast_case(kind, rows, cols, dtype="bf16", ue8m0=False):
+    """An FP8 cast of x [rows, cols]: reads x, writes the e4m3 data and the float32 scales (per token in the GEMMs'
+    MN-major layout, as a GEMM's A takes them)."""
+    x = torch.randn((rows, cols), device="cuda", dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
+    kwargs = dict(use_ue8m0=ue8m0, **(dict(mn_major_sf=True) if kind == "per_token" else {}))
+    fn = lambda: getattr(deep_gemm.utils, f"{kind}_cast_to_fp8")(x, **kwargs)  # noqa: E731
+    torch_fn = lambda: getattr(dg_math, f"{kind}_cast_to_fp8_torch")(x, use_ue8m0=ue8m0)  # noqa: E731
+    (data, sf), (ref_data, ref_sf) = fn(), torch_fn()
+    equal = torch.equal(data.view(torch.uint8), ref_data.view(torch.uint8)) and \
+        torch.equal(sf.contiguous().view(torch.int32), ref_sf.view(torch.int32))
+    label = f"{kind} {dtype}{' ue8m0' if ue8m0 else ''} {rows}x{cols}"
+    return label, fn, count_bytes(x), count_bytes(data, sf), None, dict(kernel=CAST_KERNEL, torch_fn=torch_fn,
+                                                                        bitwise_equal=equal)
+
+
+_torch_path_flush = None
+
+
+def torch_path_us(fn, num_tests):
+    """Microseconds of every kernel of `fn` per call after the write flush, the flush's own fill excluded (an int32
+    fill: the casts' torch definitions fill float32 buffers, which count)."""
+    global _torch_path_flush
+    if _torch_path_flush is None:
+        _torch_path_flush = torch.empty((8 << 30) // 4, dtype=torch.int32, device="cuda")
+    flush = _torch_path_flush
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(num_tests):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    total = 0.0
+    for evt in prof.key_averages():
+        if getattr(evt, "device_type", None) != torch.autograd.DeviceType.CUDA:
+            continue
+        key = evt.key.lower()
+        if "memset" in key or ("fill" in key and "<int>" in key):
+            continue
+        total += getattr(evt, "self_device_time_total", 0) or 0
+    return total / num_tests
+
+
 # Issue 17's 32 MLA shapes (bmm.py's, without the two large batches); issue 14's small-m dense shapes (bench.py's
 # with m <= 128 and k a multiple of 128: the "small m" suite of the same-run harness) and its masked decode
 # (16 experts x 16-48 tokens, n 4096, k 7168; DeepGEMM's own H200 log: 3.74 TB/s); issue 33's dense decode
 # (m in DECODE_MS x DeepGEMM's six (n, k) pairs).
 DECODE_MS = (1, 2, 4, 8, 16, 32)
+CAST_ROWS = (64, 512, 4096, 32768, 65536)
+CAST_COLS = (2048, 4096, 7168)
 SUITES = {
     "bmm": [(bmm_case, shape) for shape in bmm.issue_shapes() if bmm.is_mla(*shape)],
     "dense": [(dense_case, (m, n, k)) for m, n, k in dense_shapes() if m <= 128 and k % 128 == 0],
@@ -148,8 +201,18 @@ SUITES = {
     "masked_decode": [(masked_decode_case, (g, m, n, k, skewed)) for n, k in ((4096, 7168), (7168, 2048))
                       for g in (8, 32, 64, 256) for m in (1, 4, 8, 16, 32) for skewed in (False, True)],
     "masked": [(masked_case, (16, m, 4096, 7168)) for m in (16, 32, 48)],
+    # Issue 35: the activation cast (per token, BF16, MN-major scales) and the weight cast (per block) over
+    # 64-65536 rows x 2048-7168 columns; then FP32 inputs, UE8M0 scales and the per-channel cast at one shape.
+    "cast": [(cast_case, ("per_token", m, k)) for m in CAST_ROWS for k in CAST_COLS],
+    "cast_block": [(cast_case, ("per_block", m, k)) for m in CAST_ROWS for k in CAST_COLS],
+    "cast_variants": [(cast_case, args) for args in (("per_token", 4096, 7168, "bf16", True),
+                                                     ("per_token", 4096, 7168, "fp32", False),
+                                                     ("per_block", 4096, 7168, "fp32", True),
+                                                     ("per_channel", 4096, 7168, "bf16", False),
+                                                     ("per_channel", 4096, 7168, "fp32", True))],
 }
 KERNEL = "fp8_gemm"  # ours and DeepGEMM's GEMM kernels both carry it in their names
+CAST_KERNEL = "fp8_cast"  # the casts' kernel (fp8_cast_impl)
 
 
 def run(suites, num_tests, flush_kinds=("write", "read"), peer=None):
@@ -161,14 +224,19 @@ def run(suites, num_tests, flush_kinds=("write", "read"), peer=None):
     print("empty launch of the floor kernel (one program): " +
           ", ".join(f"{us:.2f} us after the {f} flush" for f, us in empty_us.items()))
     cols = ["ours us", "floor us", "ours TB/s", "floor TB/s", "ours/floor"] + \
-        (["peer us", "peer/floor", "ours/peer"] if peer else [])
+        (["peer us", "peer/floor", "ours/peer"] if peer else []) + \
+        (["torch us", "torch/ours"] if any(s.startswith("cast") for s in suites) else [])
     head = ["case", "MB read", "MB written"] + [f"{f}: {c}" for f in flush_kinds for c in cols]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for suite in suites:
         for make, args in SUITES[suite]:
-            label, fn, read_bytes, write_bytes, peer_case = make(*args)
+            label, fn, read_bytes, write_bytes, peer_case, *rest = make(*args)
+            extra = rest[0] if rest else {}
+            kernel, torch_fn = extra.get("kernel", KERNEL), extra.get("torch_fn")
             moved = read_bytes + write_bytes
             row = dict(suite=suite, case=label, args=list(args), read_bytes=read_bytes, write_bytes=write_bytes)
+            if "bitwise_equal" in extra:
+                row["bitwise_equal"] = extra["bitwise_equal"]
             peer_fn = None
             if peer is not None and peer_case is not None:
                 out, make_peer, valid = peer_case
@@ -179,7 +247,7 @@ def run(suites, num_tests, flush_kinds=("write", "read"), peer=None):
                 row["peer_diff"] = float(calc_diff(out, peer_out))  # both libraries computed the same product
             cells = []
             for flush in flush_kinds:
-                ours = flushes.time(fn, KERNEL, flush, num_tests) * 1e6
+                ours = flushes.time(fn, kernel, flush, num_tests) * 1e6
                 floor = floor_us(read_bytes, write_bytes, flushes, flush, num_tests)
                 r = row[flush] = dict(ours_us=ours, floor_us=floor, ours_tbps=moved / ours / 1e6,
                                       floor_tbps=moved / floor / 1e6)
@@ -188,17 +256,24 @@ def run(suites, num_tests, flush_kinds=("write", "read"), peer=None):
                 if peer_fn is not None:
                     r["peer_us"] = flushes.time(peer_fn, KERNEL, flush, num_tests) * 1e6
                     cells += [f"{r['peer_us']:.2f}", f"{r['peer_us'] / floor:.2f}", f"{r['peer_us'] / ours:.3f}"]
+                if torch_fn is not None and flush == "write":  # the read flush's own reduction would be counted
+                    r["torch_us"] = torch_path_us(torch_fn, num_tests)
+                    cells += [f"{r['torch_us']:.2f}", f"{r['torch_us'] / ours:.2f}"]
+                elif torch_fn is not None:
+                    cells += ["n/a", "n/a"]
+            if row.get("bitwise_equal") is False:
+                cells.append("NOT BITWISE EQUAL TO THE TORCH DEFINITION")
             print(f"| {label} | {read_bytes / 1e6:.2f} | {write_bytes / 1e6:.2f} | " + " | ".join(cells) + " |",
                   flush=True)
             rows.append(row)
-            del fn, peer_fn
+            del fn, peer_fn, torch_fn, extra
             torch.cuda.empty_cache()
     return dict(empty_us=empty_us, rows=rows, summary=summarise(rows, flush_kinds))
 
 
 def summarise(rows, flush_kinds):
     """Per suite and flush: geomean and worst of ours/floor, and with a peer of peer/floor and peer/ours (> 1: ours
-    faster)."""
+    faster), and for the casts torch/ours (the torch definition's time over the kernel's)."""
     out = {}
     for suite in dict.fromkeys(r["suite"] for r in rows):
         for flush in flush_kinds:
@@ -208,6 +283,8 @@ def summarise(rows, flush_kinds):
             if all("peer_us" in r for r in rs):
                 ratios.update(peer_over_floor=[r["peer_us"] / r["floor_us"] for r in rs],
                               peer_over_ours=[r["peer_us"] / r["ours_us"] for r in rs])
+            if rs and all("torch_us" in r for r in rs):
+                ratios.update(torch_over_ours=[r["torch_us"] / r["ours_us"] for r in rs])
             for name, vals in ratios.items():
                 entry[name] = dict(geomean=math.exp(sum(map(math.log, vals)) / len(vals)), min=min(vals),
                                    max=max(vals))

@@ -24,6 +24,7 @@ _C = load_c()  # a missing or broken _C raises ImportError saying why (e.g. an u
 from . import device
 from .families import sf_layout, sm90_bf16_gemm, sm90_fp8_gemm_1d2d, sm90_fp8_wgrad_1d1d, sm100_fp8_gemm_1d2d
 from .families import sm90_fp8_mqa_logits, sm90_fp8_paged_mqa_logits, sm90_tf32_hc_prenorm
+from .families import sm90_fp8_cast
 from .families.variant import ANY_ARCH, Family, Variant
 from .heuristics import common as heuristics_common
 from .jit.runtime import CUDADriverError
@@ -43,6 +44,7 @@ FAMILIES: Tuple[Family, ...] = (
     sm90_tf32_hc_prenorm.FAMILY,
     sm90_fp8_mqa_logits.FAMILY,
     sm90_fp8_paged_mqa_logits.FAMILY,
+    sm90_fp8_cast.FAMILY,
 )
 
 

@@ -21,6 +21,7 @@ import torch
 
 import deep_gemm
 from deep_gemm.testing import DiffAccumulator, calc_diff, dequant_per_block, dequant_per_token
+from deep_gemm.utils import math as dg_math
 
 FP8 = torch.float8_e4m3fn
 BF16_MIN_ELEMENTS = 1024
@@ -671,6 +672,95 @@ def build_pack_k_grouped(p: dict, device, seed: int) -> PackCase:
                     lambda: deep_gemm.get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor(sf, layout, ks, gran_k,
                                                                                             32),
                     torch.cat(parts))
+
+
+# ---- the FP8 casts (deep_gemm.utils.per_*_cast_to_fp8): not GEMMs; one kernel each on sm_90a, bitwise equal to
+# their torch definitions run on the same GPU. Built for tools/gpu_check.py's sanitizer driver and
+# tests/gpu/test_cast_gpu.py.
+
+CAST_KINDS = ("per_token", "per_block", "per_channel")
+
+
+def cast_input(rows: int, cols: int, dtype: torch.dtype, device, seed: int, special: bool = True) -> torch.Tensor:
+    """x [rows, cols] whose values span 2^-60..2^60 (random scales per row and per column, so that small values meet
+    large scales), with, when `special`, a zero row, a zero column, a row of subnormals, a huge value (1e30), and
+    inf / -inf / NaN / -NaN in a few places."""
+    gen = _gen(device, seed)
+    x = torch.randn((rows, cols), device=device, generator=gen)
+    row_exp = torch.randint(-40, 40, (rows, 1), device=device, generator=gen).float()
+    col_exp = torch.randint(-20, 20, (1, cols), device=device, generator=gen).float()
+    x = (x * torch.exp2(row_exp + col_exp)).to(dtype)
+    if special and rows > 2 and cols > 2:
+        x[1] = 0
+        x[:, 1] = 0
+        x[2] = (torch.randn((cols,), device=device, generator=gen) * 2.0 ** -130).to(dtype)
+        x[rows // 2, cols // 2] = 1e30
+        x[rows - 1, cols - 1] = float("inf")
+        x[rows - 1, 0] = float("-inf")
+        x[0, cols - 1] = float("nan")
+        x[rows // 3, cols // 3] = -float("nan")
+    return x
+
+
+def cast_reference(kind: str, x: torch.Tensor, ue8m0: bool):
+    """(e4m3 data, float32 scales) of the torch definition of the cast, on x's device."""
+    return getattr(dg_math, f"{kind}_cast_to_fp8_torch")(x, use_ue8m0=ue8m0)
+
+
+def assert_cast_equal(got, expected, what: str) -> None:
+    """Bitwise equal e4m3 data and scales (scales compared as bits; two NaNs count as equal whatever their
+    payloads, which the GPU's arithmetic does not keep)."""
+    (data, sf), (ref_data, ref_sf) = got, expected
+    assert data.dtype == FP8 and data.shape == ref_data.shape and sf.shape == ref_sf.shape, what
+    bad = data.view(torch.uint8) != ref_data.view(torch.uint8)
+    assert not bool(bad.any()), f"{what}: {int(bad.sum())} e4m3 values differ, first at {bad.nonzero()[0].tolist()}"
+    sf, ref_sf = sf.float(), ref_sf.float()
+    same = (sf.view(torch.int32) == ref_sf.view(torch.int32)) | (torch.isnan(sf) & torch.isnan(ref_sf))
+    assert bool(same.all()), f"{what}: {int((~same).sum())} scales differ, first at {(~same).nonzero()[0].tolist()}"
+
+
+@dataclass
+class CastCase:
+    """One cast call (it allocates its outputs): `run` casts, `check` compares bitwise with the torch definition."""
+    desc: str
+    call: Callable[[], tuple]
+    expected: tuple
+    result: Optional[tuple] = None
+
+    def reset(self) -> None:
+        self.result = None
+
+    def run(self) -> None:
+        self.result = self.call()
+
+    def check(self) -> None:
+        torch.cuda.synchronize(self.expected[0].device)
+        assert self.result is not None, self.desc
+        assert_cast_equal(self.result, self.expected, self.desc)
+
+
+def sample_cast(rng: random.Random) -> dict:
+    """A random cast: kind, rows (per channel a multiple of 128), ragged or odd columns, dtype, scale rounding, and x
+    a view with a padded row stride (`pad`) and a start `offset` elements into its storage (narrow vectors)."""
+    kind = rng.choice(CAST_KINDS)
+    rows = 128 * rng.randint(1, 64) if kind == "per_channel" else draw_rows(rng, 16384)
+    cols = rng.choice([rng.randint(1, 300), 128 * rng.randint(1, 64), rng.randint(1, 8192)])
+    return dict(kind=kind, rows=rows, cols=cols, dtype=rng.choice(["bf16", "fp32"]), ue8m0=rng.random() < 0.5,
+                mn_major=kind == "per_token" and rng.random() < 0.5, pad=rng.choice([0, 0, 8, 3]),
+                offset=rng.choice([0, 0, 0, 1, 4]))
+
+
+def build_cast(p: dict, device, seed: int) -> CastCase:
+    """p: kind (CAST_KINDS), rows, cols, dtype ("bf16" / "fp32"), ue8m0, and optionally mn_major (per token: the
+    GEMMs' scale layout), pad and offset (x a view into larger storage, see `sample_cast`)."""
+    kind, rows, cols, ue8m0 = p["kind"], p["rows"], p["cols"], p["ue8m0"]
+    pad, offset = p.get("pad", 0), p.get("offset", 0)
+    store = cast_input(rows, offset + cols + pad, torch.bfloat16 if p["dtype"] == "bf16" else torch.float32, device,
+                       seed)
+    x = store[:, offset:offset + cols]
+    fn = getattr(deep_gemm.utils, f"{kind}_cast_to_fp8")
+    kwargs = dict(mn_major_sf=True) if p.get("mn_major") else {}
+    return CastCase(f"{kind} cast {p}", lambda: fn(x, use_ue8m0=ue8m0, **kwargs), cast_reference(kind, x, ue8m0))
 
 
 # ---- fp8_fp4_mqa_logits (the indexer's prefill logits; it allocates its output)

@@ -10,7 +10,8 @@ from typing import Callable
 import pytest
 import torch
 
-from gemm_cases import SPEC_BY_NAME, SPECS, Case
+import deep_gemm
+from gemm_cases import SPEC_BY_NAME, SPECS, Case, assert_cast_equal, cast_reference
 
 DENSE = "gemm_fp8_fp8_bf16_nt"
 CONTIGUOUS = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"
@@ -215,3 +216,70 @@ def test_refused_on_gpu_then_context_healthy(bad):
     torch.cuda.synchronize()
     case.run()
     case.check()
+
+
+# ---- The FP8 casts (deep_gemm.utils.per_*_cast_to_fp8): not GEMMs, they allocate their outputs, so a malformed call
+# has no `out` to spoil; each must raise naming the argument before anything runs, on CPU tensors (which reach every
+# check: the checks come before the choice between the kernel and the torch definition) and on the GPU, where the
+# valid call that follows must then give the torch definition's result.
+CASTS = ("per_token_cast_to_fp8", "per_block_cast_to_fp8", "per_channel_cast_to_fp8")
+
+
+@dataclass(frozen=True)
+class BadCast:
+    id: str
+    fn: str
+    change: Callable[[dict], None]   # edits the keyword arguments (x, use_ue8m0, gran_k, ...)
+    exc: type
+    names: str
+
+
+_EVERY_CAST = (
+    ("x-not-a-tensor", lambda d: d.update(x=d["x"].tolist()), TypeError, "x"),
+    ("x-3d", lambda d: d.update(x=d["x"][None]), ValueError, "x"),
+    ("x-1d", lambda d: d.update(x=d["x"][0]), ValueError, "x"),
+    ("gran_k-float", lambda d: d.update(gran_k=128.0), TypeError, "gran_k"),
+    ("gran_k-bool", lambda d: d.update(gran_k=True), TypeError, "gran_k"),
+    ("gran_k-zero", lambda d: d.update(gran_k=0), ValueError, "gran_k"),
+    ("use_ue8m0-str", lambda d: d.update(use_ue8m0="yes"), TypeError, "use_ue8m0"))
+CAST_CASES = [BadCast(f"{fn.split('_')[1]}-{id}", fn, change, exc, names)
+              for fn in CASTS for id, change, exc, names in _EVERY_CAST]
+CAST_CASES += [
+    BadCast("token-packed-without-ue8m0", CASTS[0], lambda d: d.update(use_packed_ue8m0=True), ValueError,
+            "use_packed_ue8m0"),
+    BadCast("token-packed-mn-major", CASTS[0], lambda d: d.update(use_ue8m0=True, use_packed_ue8m0=True,
+                                                                  mn_major_sf=True), ValueError, "mn_major_sf"),
+    BadCast("token-mn-major-none", CASTS[0], lambda d: d.update(mn_major_sf=None), TypeError, "mn_major_sf"),
+    BadCast("channel-rows-not-128", CASTS[2], lambda d: d.update(x=d["x"][:100]), ValueError, "x"),
+]
+
+
+def _run_bad_cast(bad: BadCast, device: str) -> dict:
+    x = torch.randn((256, 200), device=device).to(torch.bfloat16)
+    kwargs = dict(x=x, use_ue8m0=False, gran_k=128)
+    bad.change(kwargs)
+    fn = getattr(deep_gemm.utils, bad.fn)
+    with pytest.raises(bad.exc) as info:
+        fn(**kwargs)
+    message = str(info.value)
+    assert message.startswith(bad.names) or f" {bad.names} " in message, message
+    return dict(x=x)
+
+
+def test_cast_table_covers_every_cast():
+    assert {c.fn for c in CAST_CASES} == set(CASTS) and len({c.id for c in CAST_CASES}) == len(CAST_CASES)
+
+
+@pytest.mark.parametrize("bad", CAST_CASES, ids=[c.id for c in CAST_CASES])
+def test_cast_refused_on_cpu_tensors(bad):
+    _run_bad_cast(bad, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", CAST_CASES, ids=[c.id for c in CAST_CASES])
+def test_cast_refused_on_gpu_then_context_healthy(bad):
+    x = _run_bad_cast(bad, "cuda")["x"]
+    torch.cuda.synchronize()
+    kind = bad.fn[:-len("_cast_to_fp8")]
+    got = getattr(deep_gemm.utils, bad.fn)(x)
+    assert_cast_equal(got, cast_reference(kind, x, False), bad.id)

@@ -7,7 +7,7 @@ Usage: python -m tools.gpu_check OUTDIR [--stages tests sanitizer bench] [--comp
                                  [--bench-args "--suite dense --skip-host"]
        python -m tools.gpu_check --driver [--families NAME ...]
   --driver: the process compute-sanitizer runs: every variant the registry serves on sm_90a
-  (deep_gemm.runtime.variants_on: the GEMMs, psum and bmm included, and the scale-layout transforms) at
+  (deep_gemm.runtime.variants_on: the GEMMs, psum and bmm included, the scale-layout transforms, the FP8 casts) at
   representative and edge shapes, each call checked (guard bands and values) and run twice (cold and warm launch
   paths), plus hostile inputs whose values are undefined but must stay memory-safe (broken contiguous indices,
   out-of-range masked_m). The sanitizer step also runs three forced dense configs (multicast, straddling, ragged k)
@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 from deep_gemm.runtime import VARIANTS, variants_on
-from tests.gemm_cases import (SPEC_BY_NAME, build_mqa_logits, build_pack, build_pack_k_grouped,
+from tests.gemm_cases import (SPEC_BY_NAME, build_cast, build_mqa_logits, build_pack, build_pack_k_grouped,
                               build_paged_mqa_logits, build_psum)
 
 STAGES = ("tests", "sanitizer", "bench")
@@ -56,6 +56,14 @@ _LISTED = {
                    dict(seq_len=1, seq_len_kv=1, heads=32, head_dim=32)],
     "paged_mqa_logits": [dict(batch=9, next_n=2, heads=64, max_blocks=7), dict(batch=3, next_n=1, heads=32,
                                                                              max_blocks=1)],
+    # The casts: ragged and unaligned columns (narrow vectors), one row, MN-major scales.
+    "fp8_cast_per_token": [dict(kind="per_token", rows=4097, cols=7168, dtype="bf16", ue8m0=False, mn_major=True),
+                           dict(kind="per_token", rows=3, cols=200, dtype="fp32", ue8m0=True),
+                           dict(kind="per_token", rows=1, cols=129, dtype="bf16", ue8m0=False)],
+    "fp8_cast_per_block": [dict(kind="per_block", rows=300, cols=7168, dtype="bf16", ue8m0=True),
+                           dict(kind="per_block", rows=129, cols=202, dtype="fp32", ue8m0=False)],
+    "fp8_cast_per_channel": [dict(kind="per_channel", rows=512, cols=2112, dtype="bf16", ue8m0=False),
+                             dict(kind="per_channel", rows=128, cols=133, dtype="fp32", ue8m0=True)],
 }
 PROBLEMS = dict({v.name: [SPEC_BY_NAME[v.public_name].small] for v in VARIANTS
                  if v.name in FAMILIES and v.public_name in SPEC_BY_NAME}, **_LISTED)
@@ -63,7 +71,8 @@ PROBLEMS = dict({v.name: [SPEC_BY_NAME[v.public_name].small] for v in VARIANTS
 # (by public name), the others through their own builders.
 BUILDERS = dict({v.name: SPEC_BY_NAME[v.public_name].build for v in VARIANTS if v.public_name in SPEC_BY_NAME},
                 psum=build_psum, pack_ue8m0=build_pack, pack_ue8m0_k_grouped=build_pack_k_grouped,
-                mqa_logits=build_mqa_logits, paged_mqa_logits=build_paged_mqa_logits)
+                mqa_logits=build_mqa_logits, paged_mqa_logits=build_paged_mqa_logits, fp8_cast_per_token=build_cast,
+                fp8_cast_per_block=build_cast, fp8_cast_per_channel=build_cast)
 # Forced dense configs for the sanitizer: 2-CTA multicast, a tile straddling two RHS scale blocks, ragged k.
 FORCED = [("1024x4096x1024", "256x128:mcA"), ("130x2104x576", "128x192"), ("65x2104x208", "64x112")]
 

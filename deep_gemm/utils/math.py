@@ -5,13 +5,21 @@ up to powers of two (UE8M0), and the FP4 (e2m1) casts DeepGEMM's test generators
 Scales multiply: x ~= x_fp8 * scale. A scale is amax / 448 over its group (amax clamped to >= 1e-4), rounded up to
 a power of two when `use_ue8m0`. Rows / columns are zero-padded to a multiple of gran_k for the statistics only.
 SM90 kernels take float32 scales; FP4 operands and packed UE8M0 scales are SM100 formats (refused by our GEMMs).
+
+The three FP8 casts are defined by chains of torch ops (`per_token_cast_to_fp8_torch`, `per_block_cast_to_fp8_torch`,
+`per_channel_cast_to_fp8_torch`: the reference, and what runs on the CPU and for the options the kernels do not take).
+On an sm_90a GPU a BF16 or FP32 x with unit column stride and gran_k = 128 is cast by one kernel instead
+(include/deep_gemm/sm90/fp8_cast.cuh), bitwise equal to the torch definition run on the GPU (data and scales).
 """
+import numbers
 from typing import Sequence, Tuple
 
 import torch
 
+from ..device import get_device_arch
 from ..heuristics.common import align, ceil_div
-from ..scale_layout import ceil_to_ue8m0
+from ..runtime import VARIANTS, Op, call, families_of
+from ..scale_layout import ceil_to_ue8m0, get_col_major_tma_aligned_tensor, get_tma_aligned_size
 
 __all__ = ["ceil_div", "align", "ceil_to_ue8m0", "pack_ue8m0_to_int", "unpack_ue8m0_from_int",
            "per_token_cast_to_fp8", "per_channel_cast_to_fp8", "per_block_cast_to_fp8", "per_custom_dims_cast_to_fp8",
@@ -54,10 +62,105 @@ def _token_groups(x: torch.Tensor, gran_k: int, fmax: float, use_ue8m0: bool, us
     return groups, _scales(groups.abs().amax(dim=2), fmax, use_ue8m0)
 
 
+# ---- The FP8 casts: one kernel on sm_90a, else the torch definitions below them.
+
+_KERNEL_GRAN = 128
+_KERNEL_DTYPES = (torch.bfloat16, torch.float32)
+_PER_TOKEN, _PER_BLOCK, _PER_CHANNEL = int(Op.FP8_CAST_PER_TOKEN), int(Op.FP8_CAST_PER_BLOCK), \
+    int(Op.FP8_CAST_PER_CHANNEL)
+
+
+def _check_cast_args(x, gran_k, **flags) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
+    if isinstance(gran_k, bool) or not isinstance(gran_k, numbers.Integral):
+        raise TypeError(f"gran_k must be an int, got {type(gran_k).__name__}")
+    if gran_k <= 0:
+        raise ValueError(f"gran_k must be positive, got {gran_k}")
+    for name, value in flags.items():
+        if not isinstance(value, (bool, numbers.Integral)):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def _kernel_takes(x: torch.Tensor, gran_k: int, op: int) -> bool:
+    """Whether the cast kernel serves this call: a plain CUDA tensor of BF16 / FP32 with unit column stride, gran_k
+    128, a device whose arch has the kernel, and no torch.compile trace in progress (which traces the torch ops)."""
+    return (gran_k == _KERNEL_GRAN and x.is_cuda and x.dtype in _KERNEL_DTYPES and x.numel() > 0
+            and (x.shape[1] == 1 or x.stride(1) == 1) and type(x) in (torch.Tensor, torch.nn.Parameter)
+            and not torch.compiler.is_compiling()
+            and bool(families_of(VARIANTS[op].name, get_device_arch(x.device.index))))
+
+
+def _empty_scales(rows: int, cols: int, device, mn_major: bool) -> torch.Tensor:
+    """float32 [rows, cols]: row-major, or MN-major with the row count padded to 16 bytes (the layout
+    `get_mn_major_tma_aligned_tensor` returns)."""
+    if mn_major:
+        return torch.empty((cols, get_tma_aligned_size(rows, 4)), dtype=torch.float32, device=device).t()[:rows]
+    return torch.empty((rows, cols), dtype=torch.float32, device=device)
+
+
 def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128,
-                          use_packed_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                          use_packed_ue8m0: bool = False, *,
+                          mn_major_sf: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """[m, k] -> (e4m3 [m, k], scales [m, ceil(k/gran_k)] float32, or int32 [m, ceil(k/gran_k)/4] packed UE8M0 with
-    `use_packed_ue8m0`): one scale per 1 x gran_k group of a row."""
+    `use_packed_ue8m0`): one scale per 1 x gran_k group of a row.
+
+    `mn_major_sf`: the float32 scales come MN-major with the M stride padded to 16 bytes (strides (1, align(m, 4)),
+    what `get_mn_major_tma_aligned_tensor` returns), the layout the FP8 GEMMs read as A's scales: they take it without
+    a conversion kernel. Same values either way (not with `use_packed_ue8m0`, an SM100 format).
+    One kernel on sm_90a (see the module's docstring); asynchronous, no host synchronisation, CUDA-graph safe."""
+    _check_cast_args(x, gran_k, use_ue8m0=use_ue8m0, use_packed_ue8m0=use_packed_ue8m0, mn_major_sf=mn_major_sf)
+    if use_packed_ue8m0 and not use_ue8m0:
+        raise ValueError("use_packed_ue8m0 needs use_ue8m0=True")
+    if use_packed_ue8m0 and mn_major_sf:
+        raise ValueError("mn_major_sf: packed UE8M0 scales have their own MN-major layout "
+                         "(get_mn_major_tma_aligned_packed_ue8m0_tensor)")
+    if not use_packed_ue8m0 and _kernel_takes(x, gran_k, _PER_TOKEN):
+        m, k = x.shape
+        out = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
+        sf = _empty_scales(m, ceil_div(k, gran_k), x.device, bool(mn_major_sf))
+        call(_PER_TOKEN, x, out, sf, int(bool(use_ue8m0)))
+        return out, sf
+    fp8, sf = per_token_cast_to_fp8_torch(x, use_ue8m0, gran_k, use_packed_ue8m0)
+    return fp8, get_col_major_tma_aligned_tensor(sf) if mn_major_sf else sf
+
+
+def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False,
+                            gran_k: int = 128) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[k, n] with k % gran_k == 0 -> (e4m3 [k, n], float32 scales [k/gran_k, n]): one scale per gran_k x 1 group of
+    a column (the K-grouped weight-gradient operands' form). One kernel on sm_90a (see the module's docstring)."""
+    _check_cast_args(x, gran_k, use_ue8m0=use_ue8m0)
+    if x.shape[0] % gran_k != 0:
+        raise ValueError(f"x must be 2-D with size(0) % {gran_k} == 0, got shape {tuple(x.shape)}")
+    if _kernel_takes(x, gran_k, _PER_CHANNEL):
+        k, n = x.shape
+        out = torch.empty((k, n), dtype=torch.float8_e4m3fn, device=x.device)
+        sf = torch.empty((k // gran_k, n), dtype=torch.float32, device=x.device)
+        call(_PER_CHANNEL, x, out, sf, int(bool(use_ue8m0)))
+        return out, sf
+    return per_channel_cast_to_fp8_torch(x, use_ue8m0, gran_k)
+
+
+def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False,
+                          gran_k: int = 128) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[n, k] -> (e4m3 [n, k], float32 scales [ceil(n/gran_k), ceil(k/gran_k)]): one scale per gran_k x gran_k
+    block; the scales are in the layout the FP8 GEMMs read as B's. One kernel on sm_90a (see the module's
+    docstring)."""
+    _check_cast_args(x, gran_k, use_ue8m0=use_ue8m0)
+    if _kernel_takes(x, gran_k, _PER_BLOCK):
+        n, k = x.shape
+        out = torch.empty((n, k), dtype=torch.float8_e4m3fn, device=x.device)
+        sf = torch.empty((ceil_div(n, gran_k), ceil_div(k, gran_k)), dtype=torch.float32, device=x.device)
+        call(_PER_BLOCK, x, out, sf, int(bool(use_ue8m0)))
+        return out, sf
+    return per_block_cast_to_fp8_torch(x, use_ue8m0, gran_k)
+
+
+def per_token_cast_to_fp8_torch(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128,
+                                use_packed_ue8m0: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The torch definition of `per_token_cast_to_fp8` (its reference and fallback)."""
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
     groups, scale = _token_groups(x, gran_k, FP8_MAX, use_ue8m0, use_packed_ue8m0)
@@ -66,10 +169,9 @@ def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int 
     return fp8, pack_ue8m0_to_int(scale) if use_packed_ue8m0 else scale
 
 
-def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False,
-                            gran_k: int = 128) -> Tuple[torch.Tensor, torch.Tensor]:
-    """[k, n] with k % gran_k == 0 -> (e4m3 [k, n], float32 scales [k/gran_k, n]): one scale per gran_k x 1 group of
-    a column (the K-grouped weight-gradient operands' form)."""
+def per_channel_cast_to_fp8_torch(x: torch.Tensor, use_ue8m0: bool = False,
+                                  gran_k: int = 128) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The torch definition of `per_channel_cast_to_fp8` (its reference and fallback)."""
     if x.dim() != 2 or x.shape[0] % gran_k != 0:
         raise ValueError(f"x must be 2-D with size(0) % {gran_k} == 0, got shape {tuple(x.shape)}")
     k, n = x.shape
@@ -78,10 +180,9 @@ def per_channel_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False,
     return (groups / scale.unsqueeze(1)).to(torch.float8_e4m3fn).view(k, n), scale
 
 
-def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False,
-                          gran_k: int = 128) -> Tuple[torch.Tensor, torch.Tensor]:
-    """[n, k] -> (e4m3 [n, k], float32 scales [ceil(n/gran_k), ceil(k/gran_k)]): one scale per gran_k x gran_k
-    block."""
+def per_block_cast_to_fp8_torch(x: torch.Tensor, use_ue8m0: bool = False,
+                                gran_k: int = 128) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The torch definition of `per_block_cast_to_fp8` (its reference and fallback)."""
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
     n, k = x.shape

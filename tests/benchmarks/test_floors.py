@@ -45,3 +45,20 @@ def test_summary_geomeans():
     entry = floors.summarise(rows, ("write",))["decode/write"]
     assert entry["cases"] == 2 and abs(entry["ours_over_floor"]["geomean"] - 2.0) < 1e-12
     assert abs(entry["peer_over_ours"]["geomean"] - 1.0) < 1e-12 and entry["peer_over_ours"]["min"] == 0.5
+
+
+def test_cast_suites_are_issue_35s_grid():
+    for suite, kind in (("cast", "per_token"), ("cast_block", "per_block")):
+        cases = [args for _, args in floors.SUITES[suite]]
+        assert len(cases) == 15 and {k for k, _, _ in cases} == {kind}
+        assert {m for _, m, _ in cases} == {64, 512, 4096, 32768, 65536}
+        assert {n for _, _, n in cases} == {2048, 4096, 7168}
+    assert {args[0] for _, args in floors.SUITES["cast_variants"]} == {"per_token", "per_block", "per_channel"}
+
+
+def test_summary_reports_the_torch_path():
+    rows = [dict(suite="cast", write=dict(ours_us=2.0, floor_us=1.8, torch_us=20.0)),
+            dict(suite="cast", write=dict(ours_us=4.0, floor_us=4.0, torch_us=20.0))]
+    entry = floors.summarise(rows, ("write",))["cast/write"]
+    assert abs(entry["torch_over_ours"]["geomean"] - (10.0 * 5.0) ** 0.5) < 1e-9
+    assert entry["ours_over_floor"]["max"] == 2.0 / 1.8
