@@ -80,6 +80,19 @@ def test_zero_input_has_finite_scales():
         assert bool((fp8.float() == 0).all())
 
 
+def test_casts_saturate_infinities_and_keep_nan():
+    # With UE8M0 an infinite group's scale is 2^127 and its infinities stay infinite quotients: they become +-448 (as
+    # the cast kernel's cvt.satfinite gives), not NaN as torch's own conversion did before 2.13. NaN stays NaN.
+    from deep_gemm.utils.math import per_channel_cast_to_fp8
+    x = torch.randn((128, 256))
+    x[0, 0], x[1, 1], x[2, 2] = float("inf"), -float("inf"), float("nan")
+    for cast in (per_token_cast_to_fp8, per_block_cast_to_fp8, per_channel_cast_to_fp8):
+        fp8, scale = cast(x, use_ue8m0=True)
+        bits = fp8.view(torch.uint8)
+        assert int(bits[0, 0]) == 0x7E and int(bits[1, 1]) == 0xFE and int(bits[2, 2]) & 0x7F == 0x7F, cast.__name__
+        assert float(scale.view(-1)[0]) == 2.0 ** 127
+
+
 @pytest.mark.parametrize("cast", [per_token_cast_to_fp8, per_block_cast_to_fp8])
 def test_casts_reject_non_2d(cast):
     with pytest.raises(ValueError, match="2-D"):

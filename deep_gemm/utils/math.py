@@ -51,6 +51,13 @@ def _scales(amax: torch.Tensor, fmax: float, use_ue8m0: bool) -> torch.Tensor:
     return ceil_to_ue8m0(scale) if use_ue8m0 else scale
 
 
+def _to_e4m3(q: torch.Tensor) -> torch.Tensor:
+    """float32 quotients -> e4m3, rounding to nearest even and saturating: +-inf and finite overflow become +-448,
+    NaN stays NaN. torch's own conversion saturates from 2.13 on but gives NaN before, hence the clamp (which keeps
+    NaN): the casts give the same bytes on every torch version, and the same as the cast kernel's `cvt.satfinite`."""
+    return q.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+
+
 def _token_groups(x: torch.Tensor, gran_k: int, fmax: float, use_ue8m0: bool, use_packed_ue8m0: bool):
     """[m, k] -> (float32 [m, ceil(k/gran_k), gran_k] zero-padded groups, their scales [m, ceil(k/gran_k)])."""
     if use_packed_ue8m0 and not use_ue8m0:
@@ -165,7 +172,7 @@ def per_token_cast_to_fp8_torch(x: torch.Tensor, use_ue8m0: bool = False, gran_k
         raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
     groups, scale = _token_groups(x, gran_k, FP8_MAX, use_ue8m0, use_packed_ue8m0)
     m, k = x.shape
-    fp8 = (groups / scale.unsqueeze(2)).to(torch.float8_e4m3fn).view(m, groups.shape[1] * gran_k)[:, :k].contiguous()
+    fp8 = _to_e4m3(groups / scale.unsqueeze(2)).view(m, groups.shape[1] * gran_k)[:, :k].contiguous()
     return fp8, pack_ue8m0_to_int(scale) if use_packed_ue8m0 else scale
 
 
@@ -177,7 +184,7 @@ def per_channel_cast_to_fp8_torch(x: torch.Tensor, use_ue8m0: bool = False,
     k, n = x.shape
     groups = x.float().view(k // gran_k, gran_k, n)
     scale = _scales(groups.abs().amax(dim=1), FP8_MAX, use_ue8m0)
-    return (groups / scale.unsqueeze(1)).to(torch.float8_e4m3fn).view(k, n), scale
+    return _to_e4m3(groups / scale.unsqueeze(1)).view(k, n), scale
 
 
 def per_block_cast_to_fp8_torch(x: torch.Tensor, use_ue8m0: bool = False,
@@ -191,7 +198,7 @@ def per_block_cast_to_fp8_torch(x: torch.Tensor, use_ue8m0: bool = False,
     padded[:n, :k] = x
     blocks = padded.view(pn // gran_k, gran_k, pk // gran_k, gran_k)
     scale = _scales(blocks.abs().amax(dim=(1, 3), keepdim=True), FP8_MAX, use_ue8m0)
-    fp8 = (blocks / scale).to(torch.float8_e4m3fn).view(pn, pk)[:n, :k].contiguous()
+    fp8 = _to_e4m3(blocks / scale).view(pn, pk)[:n, :k].contiguous()
     return fp8, scale.view(pn // gran_k, pk // gran_k)
 
 
@@ -201,7 +208,7 @@ def per_custom_dims_cast_to_fp8(x: torch.Tensor, dims: Sequence[int],
     scales of the kept dimensions' sizes, squeezed)."""
     reduced = tuple(d for d in range(x.dim()) if d not in set(dims))
     scale = _scales(x.abs().float().amax(dim=reduced, keepdim=True), FP8_MAX, use_ue8m0)
-    return (x.float() / scale).to(torch.float8_e4m3fn), scale.squeeze()
+    return _to_e4m3(x.float() / scale), scale.squeeze()
 
 
 # FP4 e2m1: sign bit 3, magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as codes 0..7, two codes per byte (low nibble first).

@@ -5,8 +5,9 @@
 // (deep_gemm/utils/math.py):
 //   amax  = max |x| over the group (NaN wins; missing elements of a ragged group count as 0),
 //   scale = max(amax, 1e-4) * RN(1/448), rounded up to a power of two with kUE8M0 (ceil_to_ue8m0),
-//   data  = e4m3(x / scale) with IEEE division, then torch's float -> e4m3: round to nearest even, finite overflow
-//           and +-inf saturate to +-448, NaN becomes 0x7f with the NaN's sign.
+//   data  = e4m3(x / scale) with IEEE division, rounded to nearest even; finite overflow and +-inf saturate to +-448
+//           (the definition clamps before torch's conversion, which saturates only from torch 2.13 on), NaN becomes
+//           0x7f with the NaN's sign.
 // NOTES: torch divides a CUDA tensor by a Python scalar as a multiplication by the scalar's float reciprocal
 // (BinaryDivTrueKernel.cu), so `amax / 448.0` on the GPU is amax * RN(1/448): more than half of all scales differ by
 // an ulp from a true division, hence the multiplication here; the data's division is by a tensor, a true division.
@@ -137,7 +138,8 @@ struct GroupScale {
 };
 
 // e4m3 bytes of kVec finite quotients, packed little-endian into words: cvt.rn.satfinite rounds to nearest even as
-// torch's conversion does (and would saturate to +-448 as it does; a finite group's quotients stay below 449).
+// torch's conversion does (and would saturate to +-448 as the definition does; a finite group's quotients stay below
+// 449).
 template <uint32_t kVec>
 struct Bytes {
     static constexpr uint32_t kWords = (kVec + 3) / 4;
@@ -181,8 +183,8 @@ __device__ __forceinline__ void quantise_store(const GetX& x, const GetScale& s,
 }
 
 // The rare path of a group holding inf or NaN (its scale is inf, NaN or 2^127): x / scale(i) by the IEEE division
-// torch runs, and torch's conversion, which gives a NaN 0x7f with the NaN's sign (cvt's satfinite turns +-inf into
-// +-448 as torch does). One element at a time, read again from memory (L2 still holds it), in a rolled loop: a few
+// torch runs, and the definition's conversion, which gives a NaN 0x7f with the NaN's sign (cvt's satfinite turns
+// +-inf into +-448 as the definition's clamp does). One element at a time, read again from memory (L2 still holds it), in a rolled loop: a few
 // instructions and registers, so that the fast path keeps its registers for the loads in flight.
 template <bool kBF16, typename GetScale>
 __device__ __forceinline__ void quantise_store_slow(const uint8_t* x, uint8_t* out, uint32_t count,
