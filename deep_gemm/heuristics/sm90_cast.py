@@ -10,15 +10,21 @@ GRAN = 128                   # elements per group along each grouped dimension (
 KINDS = ("per_token", "per_block", "per_channel")
 VECTOR_BYTES = 16            # the widest load
 # (threads per CTA, registers per thread the kernel must fit: __launch_bounds__' CTAs per SM).
-# Per token, warps are independent: small CTAs spread small problems over the SMs, 32 warps per SM.
+# Per token, warps are independent: 128-thread CTAs, or 512-thread ones (one round) for problems of at most
+# SMALL_TOKEN_UNITS warp units, where the CTA count, not the traffic, bounded the time.
+# NOTES: H200, ours / floor (`.peer` sweep of these constants, 2026-11-27f): 512 x 4096 BF16 2.03 -> 1.24 with
+# 512-thread CTAs, 512 x 2048 1.62 -> 1.15, 64 x 7168 1.44 -> 1.16; from 14336 units on (512 x 7168) 128-thread CTAs
+# with 4 rounds won (1.18 against 1.30), and at 4096 rows 512-thread CTAs lost 7-11%.
 # Per block, a CTA holds a 128 x 128 block, 32 elements per thread: two CTAs per SM, so that one's loads overlap the
 # other's arithmetic (narrow vectors: a load per element, whose addresses need more registers; one CTA).
 # Per channel, a CTA holds 128 rows of 32 vectors, 16 rows per warp: two CTAs per SM.
-TOKEN_LAUNCH = (128, 64)
+TOKEN_LAUNCH, SMALL_TOKEN_LAUNCH = (128, 64), (512, 64)
+SMALL_TOKEN_UNITS = 8192
 BLOCK_LAUNCH, BLOCK_NARROW_LAUNCH = (512, 64), (512, 128)
 CHANNEL_LAUNCH = (256, 128)
 ROUNDS = (4, 2, 1)           # per token: loads of groups per lane a warp issues before its first reduction
-MIN_WARPS_PER_SM = 32        # per token: fewer rounds when more would leave fewer warps than this per SM
+MIN_WARPS_PER_SM = 16        # per token: fewer rounds when more would leave fewer warps than this per SM
+# (512 x 7168 BF16: 4 rounds at 16 warps per SM 1.18x the floor, 2 rounds at 32 1.36x; H200, same sweep)
 REGISTERS_PER_SM = 65536
 
 
@@ -62,8 +68,13 @@ def get_cast_config(kind: str, rows: int, cols: int, vec: int, element_size: int
         threads, registers = CHANNEL_LAUNCH
         grid = ceil_div(rows, GRAN) * ceil_div(cols, 32 * vec)
         return CastConfig(vec, threads, REGISTERS_PER_SM // (threads * registers), 1, grid)
-    threads, registers = TOKEN_LAUNCH
     groups = ceil_div(cols, GRAN)
+    single_round_units = rows * ceil_div(groups, groups_per_round(vec))
+    if single_round_units <= SMALL_TOKEN_UNITS:
+        threads, registers = SMALL_TOKEN_LAUNCH
+        return CastConfig(vec, threads, REGISTERS_PER_SM // (threads * registers), 1,
+                          ceil_div(single_round_units, threads // 32))
+    threads, registers = TOKEN_LAUNCH
     for rounds in ROUNDS:
         units = rows * ceil_div(groups, groups_per_round(vec) * rounds)
         if units >= MIN_WARPS_PER_SM * num_sms or rounds == 1:

@@ -77,12 +77,18 @@ def test_layout_vector_per_call_pointers():
 
 def test_launch_shapes():
     # Per token: groups per warp round from the vector width; more rounds (loads in flight) only where enough warps
-    # remain for the SMs.
+    # remain for the SMs; small problems in few 512-thread CTAs, one round.
     assert [groups_per_round(v) for v in (8, 4, 2, 1)] == [2, 1, 1, 1]
     big = get_cast_config("per_token", 4096, 7168, 8, 2, 132)
     assert (big.rounds, big.num_threads, big.grid) == (4, 128, 4096 * 7 // 4)
+    mid = get_cast_config("per_token", 512, 7168, 8, 2, 132)   # 14336 units: 4 rounds leave 3584 warps, 27 per SM
+    assert (mid.rounds, mid.num_threads, mid.grid) == (4, 128, 512 * 7 // 4)
     small = get_cast_config("per_token", 64, 7168, 8, 2, 132)
-    assert small.rounds == 1 and small.grid == 64 * 28 // 4
+    assert (small.rounds, small.num_threads, small.min_blocks, small.grid) == (1, 512, 2, 64 * 28 // 16)
+    edge = get_cast_config("per_token", 512, 4096, 8, 2, 132)  # exactly SMALL_TOKEN_UNITS
+    assert (edge.rounds, edge.num_threads, edge.grid) == (1, 512, 512)
+    fp32 = get_cast_config("per_token", 512, 4096, 4, 4, 132)  # one group per round: 16384 units
+    assert fp32.num_threads == 128
     ragged = get_cast_config("per_token", 3, 200, 8, 2, 132)
     assert ragged.rounds == 1 and ragged.grid == 1   # 3 rows x 1 unit of 2 groups
     block = get_cast_config("per_block", 4097, 200, 8, 2, 132)

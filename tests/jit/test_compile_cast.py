@@ -19,6 +19,9 @@ KINDS = ("per_token", "per_block", "per_channel")
 # (ragged or unaligned rows).
 CASES = [(kind, bf16, ue8m0, 8 if bf16 else 4) for kind in KINDS for bf16 in (True, False) for ue8m0 in (False, True)]
 CASES += [(kind, bf16, False, 1) for kind in KINDS for bf16 in (True, False)] + [("per_token", True, True, 2)]
+# And the per-token launch of small problems (512-thread CTAs, one round).
+SMALL = ("per_token_small", True, False, 8)
+CASES.append(SMALL)
 # SASS instructions of the whole kernel (set-up, fast path and the rolled loop of non-finite groups), measured + ~5%.
 BUDGET = {("per_token", True, False): 960, ("per_token", True, True): 710, ("per_token", False, False): 800,
           ("per_token", False, True): 640, ("per_block", True, False): 890, ("per_block", True, True): 630,
@@ -27,6 +30,8 @@ BUDGET = {("per_token", True, False): 960, ("per_token", True, True): 710, ("per
 
 
 def _config(kind, bf16, vec):
+    if kind == "per_token_small":
+        return get_cast_config("per_token", 64, 7168, vec, 2 if bf16 else 4, 132)
     return get_cast_config(kind, 4096, 7168, vec, 2 if bf16 else 4, 132)  # per token: 4 rounds of groups per warp
 
 
@@ -44,9 +49,10 @@ def _loads_per_thread(kind, vec, config):
 def built(request):
     kind, bf16, ue8m0, vec = request.param
     config = _config(kind, bf16, vec)
+    kind = "per_token" if kind == "per_token_small" else kind
     result = NVRTCCompiler().compile(kernel_source(kind, bf16, ue8m0, config).code(), ARCH, want_ptx=True,
                                      ptxas_verbose=True)
-    return request.param, config, result
+    return (kind, bf16, ue8m0, vec), config, result
 
 
 def test_cast_ptx(built):
