@@ -210,13 +210,17 @@ def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[
         # Memory-bound: one M block per group whenever a group fits one (a second block re-reads the expert's
         # weights: 32 x ~64 rows at 4096 x 7168 ran 259 us with 128-row blocks, 315 us with 64-row ones; 8 x ~128
         # rows: 84-91 us with 128-row blocks, 100-120 us with 64-row ones). BLOCK_N: least waves x bytes per tile
-        # (A and B rows of a K block), ties to the narrower tile (deeper pipeline).
+        # (A and B rows of a K block), ties to the narrower tile (deeper pipeline), among widths whose tiles never
+        # straddle two RHS scale blocks.
         # NOTES: H200, 16 groups x 16-48 rows x 4096 x 7168: 64x128 (4 waves) 123.5-125.3 us, 64x192 (3 waves, the
-        # old fewest-waves pick) 127.9-129.1 us, 64x64 127.6-129.1 us.
+        # old fewest-waves pick) 127.9-129.1 us, 64x64 127.6-129.1 us. Straddling widths lost everywhere they were
+        # timed (H200, tools.tune, 2026-11-27f): 64x128 beat the 64x192 / 64x160 picks by 1-3% at 32-256 experts and
+        # by 5-16% at 8 experts with skewed loads, where the active experts' tile count is unknown to the host
+        # (8 x 1 rows x 7168 x 2048: 64x160 23.8 us, 64x128 20.0 us).
         bm = 64 if m_hi <= 64 else 128
         best_key, best = None, None
         for bn in BLOCK_NS:
-            if not _legal_block(bm, bn) or straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
+            if not _legal_block(bm, bn) or straddle_cases(bn) != 1:
                 continue
             waves = num_waves(groups * ceil_div(n, bn), sms)
             key = (waves * (bm + bn), bn)
