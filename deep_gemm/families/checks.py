@@ -23,12 +23,13 @@ def traced_call(op: str, lhs, rhs, out, *rest) -> None:
     getattr(torch.ops.deep_gemm, op)(a, sa, b, sb, out, *rest)
 
 
-def check_tensor(t, name: str, dtype: torch.dtype, dim: Optional[int]) -> torch.Tensor:
-    """A tensor of this dtype and rank (`dim=None`: any rank)."""
+def check_tensor(t, name: str, dtype, dim: Optional[int]) -> torch.Tensor:
+    """A tensor of this dtype (or of one of a tuple of dtypes) and rank (`dim=None`: any rank)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+    dtypes = dtype if isinstance(dtype, tuple) else (dtype,)
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {' or '.join(map(str, dtypes))}, got {t.dtype}")
     if dim is not None and t.dim() != dim:
         raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}")
     return t

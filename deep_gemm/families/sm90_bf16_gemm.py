@@ -345,12 +345,7 @@ def normalise(a, b, d, accumulate) -> BF16Layout:
     argument. The public wrapper (deep_gemm/ops/bf16.py) turns DeepGEMM's `c` into `accumulate`."""
     checks.check_tensor(a, "a", torch.bfloat16, 2)
     checks.check_tensor(b, "b", torch.bfloat16, 2)
-    if not isinstance(d, torch.Tensor):
-        raise TypeError(f"d must be a torch.Tensor, got {type(d).__name__}")
-    if d.dtype not in (torch.bfloat16, torch.float32):
-        raise TypeError(f"d must have dtype torch.bfloat16 or torch.float32, got {d.dtype}")
-    if d.dim() != 2:
-        raise ValueError(f"d must be 2-D, got shape {tuple(d.shape)}")
+    checks.check_tensor(d, "d", (torch.bfloat16, torch.float32), 2)
     if accumulate not in (0, 1):
         raise ValueError(f"accumulate must be 0 or 1, got {accumulate}")
     m, k = a.shape

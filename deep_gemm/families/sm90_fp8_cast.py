@@ -142,12 +142,7 @@ def _normalise(kind: str, x, out, sf, use_ue8m0) -> CastLayout:
     """Every check of one cast: x [rows, cols] BF16 or FP32 with unit column stride; out e4m3 of x's shape with unit
     column stride and rows that do not overlap; sf float32 of the kind's scale shape, row-major or MN-major;
     use_ue8m0 0 or 1; all on one CUDA device (checked last, so that CPU tensors reach every other check)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in (torch.bfloat16, torch.float32):
-        raise TypeError(f"x must have dtype torch.bfloat16 or torch.float32, got {x.dtype}")
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
+    checks.check_tensor(x, "x", (torch.bfloat16, torch.float32), 2)
     rows, cols = x.shape
     if kind == "per_channel" and rows % GRAN:
         raise ValueError(f"x must have a multiple of {GRAN} rows (the per-channel groups run down the columns), got "
