@@ -60,7 +60,7 @@ class Guarded:
 
     def __init__(self, shape: Tuple[int, ...], dtype: torch.dtype, device, guard: int = GUARD):
         lead, rows, n = (1, *shape) if len(shape) == 2 else shape
-        int_dtype = {2: torch.int16, 4: torch.int32}[dtype.itemsize]
+        int_dtype = {1: torch.int8, 2: torch.int16, 4: torch.int32}[dtype.itemsize]
         per16 = 16 // dtype.itemsize
         stride = (n + 2 * guard + per16 - 1) // per16 * per16
         self.buf = torch.full((lead * rows + 2, stride), -1, dtype=int_dtype, device=device)
@@ -1113,6 +1113,55 @@ def build_skip_head_mid(p: dict, device, seed: int) -> Case:
                 dict(ref=ref, simulate=simulate))
 
 
+# ---- fp8_gemm_nt with an FP8 d: D e4m3 with per-row 1 x 128 scales computed in the epilogue
+
+def sample_fp8_out(rng: random.Random) -> dict:
+    n = rng.choice([16, 144, 2112, 4096, 7168, 16 * rng.randint(1, 512)])
+    k = rng.choice(DENSE_K)
+    return dict(m=_cap_rows(draw_rows(rng, 16384), n * k, k), n=n, k=k)
+
+
+def e4m3_code_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """|x - y| in e4m3 steps (codes ordered as signed magnitudes; +0 and -0 are one value)."""
+    def signed(t):
+        b = t.view(torch.uint8).to(torch.int32)
+        return torch.where(b >= 128, -(b - 128), b)
+    return (signed(x) - signed(y)).abs()
+
+
+def build_fp8_out(p: dict, device, seed: int) -> Case:
+    """p: m, n (a multiple of 16), k. d = (D [m, n] e4m3 in a guarded buffer, SFD MN-major with its padding rows
+    poisoned); checked against per_token_cast_to_fp8 of the dequantised FP32 product: every e4m3 value within one
+    step, every scale within 1e-4 (relative: the product's FP32 rounding differs), the padding rows untouched."""
+    m, n, k = p["m"], p["n"], p["k"]
+    lhs, rhs, ref, _ = dense_operands(m, n, k, device, seed)
+    g = Guarded((m, n), FP8, device)
+    groups, m_pad = (n + 127) // 128, (m + 3) // 4 * 4
+    sfd_store = torch.full((groups, m_pad), float("nan"), device=device)
+    sfd = sfd_store.t()[:m]
+
+    def reference():
+        return deep_gemm.utils.math.per_token_cast_to_fp8_torch(ref)
+
+    def checker(case: Case) -> None:
+        ref_d, ref_sf = reference()
+        bad = e4m3_code_distance(case.out, ref_d) > 1
+        assert not bool(bad.any()), f"{case.desc}: {int(bad.sum())} e4m3 values more than one step from the " \
+                                    f"cast of the FP32 product, first at {bad.nonzero()[0].tolist()}"
+        assert bool(torch.isfinite(sfd).all()), f"{case.desc}: a scale was not written"
+        assert bool(torch.allclose(sfd, ref_sf, rtol=1e-4, atol=0)), \
+            f"{case.desc}: scales differ from the cast's: max rel {float(((sfd - ref_sf) / ref_sf).abs().max()):.3g}"
+        assert bool(torch.isnan(sfd_store[:, m:]).all()), f"{case.desc}: SFD's padding rows were written"
+
+    def simulate() -> None:
+        ref_d, ref_sf = reference()
+        g.out.copy_(ref_d)
+        sfd.copy_(ref_sf)
+
+    return Case("fp8_gemm_nt_fp8_out", f"fp8 out m={m} n={n} k={k}", (lhs, rhs, (g.out, sfd)), g, checker,
+                dict(ref=ref, simulate=simulate))
+
+
 # ---------------------------------------------------------------- registry
 
 @dataclass(frozen=True)
@@ -1190,6 +1239,19 @@ SPECS += [
                         ("skip-head-d-fp32", lambda d: d.__setitem__("out", d["out"].float()), TypeError, "d", True),
                         ("skip-head-b-k", lambda d: d["rhs"].__setitem__(0, d["rhs"][0][:, :128]), ValueError,
                          "b[0] (B)", True)),
+             operator=False),
+    GemmSpec("fp8_gemm_nt_fp8_out", sample_fp8_out, build_fp8_out, dict(m=131, n=400, k=200), 2,
+             arg_names=("lhs", "rhs", "out"),
+             malformed=(("fp8-out-n-ragged", lambda d: d.__setitem__("out", (d["out"][0][:, :392], d["out"][1])),
+                         ValueError, "d[0] (D)", True),
+                        ("fp8-out-sfd-row-major", lambda d: d.__setitem__("out", (d["out"][0],
+                                                                                  d["out"][1].contiguous())),
+                         ValueError, "d[1] (SFD)", False),
+                        ("fp8-out-sfd-shape", lambda d: d.__setitem__("out", (d["out"][0], d["out"][1][:, :1])),
+                         ValueError, "d[1] (SFD)", True),
+                        ("fp8-out-d-bf16", lambda d: d.__setitem__("out", (d["out"][0].view(torch.int8).to(
+                            torch.bfloat16), d["out"][1])), TypeError, "d[0] (D)", True),
+                        ("fp8-out-not-a-pair", lambda d: d.__setitem__("out", d["out"][:1]), TypeError, "d", True)),
              operator=False),
     GemmSpec("tf32_hc_prenorm_gemm", sample_hc_prenorm, build_hc_prenorm, dict(m=137, n=24, k=1000, splits=3), 2,
              arg_names=("a", "b", "out", "sqr_sum", "num_splits"),

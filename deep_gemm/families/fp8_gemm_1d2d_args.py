@@ -23,6 +23,7 @@ _NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
 HeadSplits = Tuple[int, int, int]
 NO_HEAD_SPLITS: HeadSplits = (0, 0, 0)
 _NAMES_SKIP_HEAD_MID = ("a[0] (A)", "a[1] (SA)", "b[0] (B)", "b[1] (SB)", "d")  # DeepGEMM's argument names
+_NAMES_FP8_OUT = ("a[0] (A)", "a[1] (SFA)", "b[0] (B)", "b[1] (SFB)", "d[0] (D)", "d[1] (SFD)")
 # The 1d2d kernels' template parameter of each kind (deep_gemm::GemmType, include/deep_gemm/common/scheduler.cuh).
 GEMM_TYPES = {
     KernelType.NORMAL: CppName("deep_gemm::GemmType::Normal"),
@@ -50,6 +51,7 @@ class GemmLayout:
     arch: str
     psum_alignment: int = 0      # psum layout: row alignment of the experts' starts
     head_splits: HeadSplits = NO_HEAD_SPLITS
+    fp8_out: bool = False        # dense, d = (e4m3 D, its MN-major 1 x 128 scales SFD): out is that pair
     plans: dict = field(default_factory=dict)
     family: Optional[Family] = None  # bound by the runtime for a layout that launches
 
@@ -64,6 +66,8 @@ class GemmLayout:
         index = rest[0] if rest and isinstance(rest[0], torch.Tensor) else None
         a, sa = lhs
         b, sb = rhs
+        if self.fp8_out:
+            return self._run_fp8_out(a, sa, b, sb, *out)
         tensors = (a, sa, b, sb, out) if index is None else (a, sa, b, sb, out, index)
         if self.action == "none":
             return noop_plan(self.device.index, len(tensors), self.extents, (4,))
@@ -96,6 +100,22 @@ class GemmLayout:
             out.copy_(target[:, :out.shape[1]])
         return plan if (sa_k is sa and sb_k is sb and target is out) else None
 
+    def _run_fp8_out(self, a, sa, b, sb, d, sd):
+        """`run` of a dense GEMM with an FP8 d: D and SFD both written, no conversion of D (n % 16 == 0)."""
+        tensors = (a, sa, b, sb, d, sd)
+        if self.action == "none":
+            return noop_plan(self.device.index, len(tensors), self.extents, (4, 5))
+        ptrs = [t.data_ptr() for t in tensors]
+        if (ptrs[0] | ptrs[2] | ptrs[4]) & 15:
+            for i in (0, 2, 4):
+                checks.check_tma_matrix(tensors[i], _NAMES_FP8_OUT[i])
+        for i in (4, 5):
+            checks.check_no_overlap_ptrs(_NAMES_FP8_OUT[i], ptrs[i], self.extents[i],
+                                         [(_NAMES_FP8_OUT[j], ptrs[j], self.extents[j]) for j in range(6) if j != i])
+        sa_k, sb_k = checks.tma_ready_scales(sa, sb, self.sa_ready, self.sb_contiguous)
+        plan = self._launch((a, sa_k, b, sb_k, d, sd))
+        return plan if (sa_k is sa and sb_k is sb) else None
+
     def load_kernel(self, lhs, rhs, out, *rest) -> None:
         """Compile mode (deep_gemm.set_compile_mode): compile or load this layout's kernel; launch nothing, write
         nothing."""
@@ -104,8 +124,10 @@ class GemmLayout:
                              **self._head_split_args())
 
     def _head_split_args(self) -> dict:
-        """The head splits, for the families that serve them (sm90's; only its variant has them)."""
-        return {} if self.head_splits == NO_HEAD_SPLITS else {"head_splits": self.head_splits}
+        """The head splits and the FP8 output, for the family that serves them (sm90's; only their variants have
+        them)."""
+        return ({} if self.head_splits == NO_HEAD_SPLITS else {"head_splits": self.head_splits}) | \
+            ({"fp8_out": True} if self.fp8_out else {})
 
     def _launch(self, tensors):
         geometry = checks.tensor_geometry(tensors)
@@ -123,10 +145,10 @@ _INDEX_NAMES = {KernelType.M_GROUPED_CONTIGUOUS: "m_indices", KernelType.M_GROUP
 
 
 def _layout(kind, action, device, sa, sb, named, ragged_n=False, expected_m=0, psum_alignment=0,
-            head_splits=NO_HEAD_SPLITS) -> GemmLayout:
+            head_splits=NO_HEAD_SPLITS, fp8_out=False) -> GemmLayout:
     return GemmLayout(kind, action, device, ragged_n, is_col_major_tma_aligned(sa), sb.is_contiguous(),
                       tuple(checks.extent_bytes(t) for _, t in named), expected_m, get_num_sms(device.index),
-                      get_device_arch(device.index), psum_alignment, head_splits)
+                      get_device_arch(device.index), psum_alignment, head_splits, fp8_out)
 
 
 def normalise_dense(lhs, rhs, out) -> GemmLayout:
@@ -161,6 +183,49 @@ def normalise_dense(lhs, rhs, out) -> GemmLayout:
     checks.check_tma_matrix(a, "lhs[0] (A)")
     checks.check_tma_matrix(b, "rhs[0] (B)")
     return _layout(kind, "launch", device, sa, sb, named, ragged_n)
+
+
+def normalise_dense_fp8_out(lhs, rhs, out) -> GemmLayout:
+    """Every layout check of the dense GEMM with an FP8 d (`fp8_gemm_nt_fp8_out(a, b, d)`, d = (D, SFD)): D [m, n]
+    e4m3 with n % 16 == 0 (whole 16-byte TMA chunks) and 16-byte aligned rows, SFD [m, ceil(n/128)] float32 MN-major
+    (stride(0) == 1, stride(1) >= m: what `per_token_cast_to_fp8(x, mn_major_sf=True)` returns), k > 0."""
+    a, sa = checks.unpack_pair(lhs, "a")
+    b, sb = checks.unpack_pair(rhs, "b")
+    d, sd = checks.unpack_pair(out, "d")
+    names = _NAMES_FP8_OUT
+    for t, name, dtype in zip((a, sa, b, sb, d, sd), names, (torch.float8_e4m3fn, torch.float32, torch.float8_e4m3fn,
+                                                             torch.float32, torch.float8_e4m3fn, torch.float32)):
+        checks.check_tensor(t, name, dtype, 2)
+    m, k = a.shape
+    n, k_b = b.shape
+    if k_b != k:
+        raise ValueError(f"{names[2]} must have shape (n, {k}) to match A's k={k}, got {tuple(b.shape)}")
+    checks.check_shape(d, names[4], (m, n), "m x n")
+    kb = ceil_div(k, 128)
+    checks.check_shape(sa, names[1], (m, kb), "m x ceil(k/128)")
+    checks.check_shape(sb, names[3], (ceil_div(n, 128), kb), "ceil(n/128) x ceil(k/128)")
+    checks.check_shape(sd, names[5], (m, ceil_div(n, 128)), "m x ceil(n/128)")
+    named = list(zip(names, (a, sa, b, sb, d, sd)))
+    device = checks.check_same_cuda_device(named)
+    kind = KernelType.NORMAL
+    if m == 0 or n == 0:
+        return _layout(kind, "none", device, sa, sb, named, fp8_out=True)
+    if n % 16:
+        raise ValueError(f"{names[4]}: n must be a multiple of 16 for an FP8 d on SM90 (whole 16-byte TMA chunks), "
+                         f"got n = {n}")
+    if m > 1 and (sd.stride(0) != 1 or sd.stride(1) < m):
+        raise ValueError(f"{names[5]} must be MN-major (stride(0) == 1, stride(1) >= m), as "
+                         f"per_token_cast_to_fp8(x, mn_major_sf=True) returns it; got strides {sd.stride()}")
+    if sd.stride(1) >= 1 << 32:
+        raise ValueError(f"{names[5]}: stride(1) must be below 2^32, got {sd.stride(1)}")
+    if k == 0:
+        raise ValueError("k must be > 0 for an FP8 d (the scales of an all-zero D are not defined by DeepGEMM)")
+    checks.check_tma_matrix(d, names[4])
+    for i in (4, 5):
+        checks.check_no_overlap(named[i][1], names[i], [named[j] for j in range(6) if j != i])
+    checks.check_tma_matrix(a, names[0])
+    checks.check_tma_matrix(b, names[2])
+    return _layout(kind, "launch", device, sa, sb, named, fp8_out=True)
 
 
 # Head parts of fp8_gemm_nt_skip_head_mid: left and right whole 16-column runs (a tile of a divisor of both lies
@@ -380,3 +445,5 @@ BMM = Variant("bmm", "bmm_fp8_fp8_bf16_nt", (PAIR, PAIR, TENSOR), normalise_bmm,
               warmup_fields=("n", "k", "num_batches", "m"))
 SKIP_HEAD_MID = Variant("skip_head_mid", "fp8_gemm_nt_skip_head_mid", (PAIR, PAIR, TENSOR, INT, INT, INT),
                         normalise_skip_head_mid, warmup_fields=("n", "k", "left", "mid", "right"))
+DENSE_FP8_OUT = Variant("dense_fp8_out", "fp8_gemm_nt_fp8_out", (PAIR, PAIR, PAIR), normalise_dense_fp8_out,
+                        warmup_fields=("n", "k"))

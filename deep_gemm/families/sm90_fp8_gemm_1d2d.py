@@ -14,8 +14,8 @@ from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
 from ..scale_layout import get_tma_aligned_size
 from . import checks
-from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, DENSE, GEMM_TYPES, MASKED, NO_HEAD_SPLITS, PSUM, SKIP_HEAD_MID,
-                                  HeadSplits)
+from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, DENSE, DENSE_FP8_OUT, GEMM_TYPES, MASKED, NO_HEAD_SPLITS, PSUM,
+                                  SKIP_HEAD_MID, HeadSplits)
 from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, make_plan
 from .variant import Family
 
@@ -26,7 +26,7 @@ FUNCTION = "deep_gemm::sm90::fp8_gemm_1d2d_impl"
 PARAMS = (("tensor_map_a", TENSOR_MAP), ("tensor_map_b", TENSOR_MAP), ("tensor_map_sa", TENSOR_MAP),
           ("tensor_map_d", TENSOR_MAP), ("sb", POINTER), ("shape_m", U32), ("grouped_layout", POINTER),
           ("num_groups", U32), ("d", POINTER), ("d_row_stride", U32), ("sa", POINTER), ("sa_group_stride", U32),
-          ("sa_row_stride", U32), ("sa_k_stride", U32))
+          ("sa_row_stride", U32), ("sa_k_stride", U32), ("d_sf", POINTER), ("d_sf_stride", U32))
 _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm90_fp8_gemm_1d2d_contiguous",
           KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked",
           KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum",
@@ -34,12 +34,15 @@ _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUO
 
 
 def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL,
-                  psum_alignment: int = 0, head_splits: HeadSplits = NO_HEAD_SPLITS) -> jit.KernelSource:
+                  psum_alignment: int = 0, head_splits: HeadSplits = NO_HEAD_SPLITS,
+                  fp8_out: bool = False) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments.
     `psum_alignment`: the psum layout's row alignment of the experts' starts (that kind only). The batched GEMM
     gathers its scales per stage (kGatherScales: SA at the caller's strides, SB's values of the K block); the other
     kinds load SA MN-major by TMA and SB per tile. `head_splits` (left, mid, right): a dense GEMM whose every head
-    of left + right columns is stored as left | mid skipped columns | right (fp8_gemm_nt_skip_head_mid)."""
+    of left + right columns is stored as left | mid skipped columns | right (fp8_gemm_nt_skip_head_mid).
+    `fp8_out`: a dense GEMM whose D is e4m3 with per-row 1 x 128 scales computed in the epilogue
+    (fp8_gemm_nt_fp8_out)."""
     if (kind == KernelType.M_GROUPED_PSUM) != (psum_alignment > 0):
         raise ValueError(f"psum_alignment must be > 0 exactly for the psum layout, got {psum_alignment} for {kind}")
     left, mid, right = head_splits
@@ -50,8 +53,8 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
                  kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m,
                  kOneMBlock=config.a_box_rows > 0 and kind == KernelType.BATCHED,
                  kClusterSplitsK=config.cluster_k_splits, kHeadSplitLeft=left, kHeadSplitMid=mid,
-                 kHeadSplitRight=right)
-    name = _NAMES[kind] + ("_skip_head_mid" if left + right else "")
+                 kHeadSplitRight=right, kFP8Out=fp8_out)
+    name = _NAMES[kind] + ("_skip_head_mid" if left + right else "") + ("_fp8_out" if fp8_out else "")
     return jit.KernelSource(name=name, header=HEADER, function=FUNCTION, config=named)
 
 
@@ -70,32 +73,32 @@ def clear_kernels() -> None:
 
 
 def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelType, num_groups: int,
-                  head_splits: HeadSplits = NO_HEAD_SPLITS) -> GemmConfig:
+                  head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: bool = False) -> GemmConfig:
     """The configuration a call loads; m: rows (dense, contiguous), expected rows per group (masked, psum) or rows
     per batch (batched). With head splits every tile lies inside one head part (BLOCK_N divides left and right)."""
     left, _, right = head_splits
     return get_forced_config() or get_sm90_config(GemmProblem(m, n, k, num_sms, arch, kind, num_groups,
-                                                              math.gcd(left, right)))
+                                                              math.gcd(left, right), fp8_out))
 
 
 def runtime_kernels(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL,
                     ms: Optional[Iterable[int]] = None, num_groups: int = 1, psum_alignment: int = 0,
-                    head_splits: HeadSplits = NO_HEAD_SPLITS) -> List[jit.KernelSource]:
+                    head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: bool = False) -> List[jit.KernelSource]:
     """The distinct kernels calls of (kind, n, k) load, for heuristic m in `ms` (as `kernel_config`); `ms=None`:
     every kernel any m can pick, which is also what the first-sight precompile builds (dense and contiguous only:
     a masked, psum or batched kernel depends on the rows per group and the group count; head-split GEMMs walk the
     dense GEMM's row counts)."""
-    if ms is None and head_splits != NO_HEAD_SPLITS:
+    if ms is None and (head_splits != NO_HEAD_SPLITS or fp8_out):
         ms = variant_row_counts()
     if ms is None:
         if has_group_row_ends(kind):
             raise ValueError(f"the {kind.value} kernels depend on expected_m: give the expected m values")
         configs = sm90_kernel_variants(n, k, num_sms, kind)
     else:
-        configs = [kernel_config(m, n, k, num_sms, arch, kind, num_groups, head_splits) for m in ms]
+        configs = [kernel_config(m, n, k, num_sms, arch, kind, num_groups, head_splits, fp8_out) for m in ms]
     sources = {}
     for config in configs:
-        source = kernel_source(n, k, config, kind, psum_alignment, head_splits)
+        source = kernel_source(n, k, config, kind, psum_alignment, head_splits, fp8_out)
         sources.setdefault(source.instantiation(), source)
     return list(sources.values())
 
@@ -116,9 +119,9 @@ def precompile_variants(n: int, k: int, num_sms: int, arch: str, kind: KernelTyp
 
 def warmup_precompile(variant: str, shape: dict, num_sms: int, arch: str) -> None:
     """The first-sight precompile of a dense or contiguous warm-up shape (`Family.precompile`); the kernels of the
-    other variants depend on their rows per group, not on (n, k) alone (and head-split GEMMs have no first-sight
-    precompile)."""
-    if variant == SKIP_HEAD_MID.name:
+    other variants depend on their rows per group, not on (n, k) alone (and head-split and FP8-output GEMMs have
+    no first-sight precompile)."""
+    if variant in (SKIP_HEAD_MID.name, DENSE_FP8_OUT.name):
         return
     kind = KernelType(variant)
     if not has_group_row_ends(kind):
@@ -126,40 +129,43 @@ def warmup_precompile(variant: str, shape: dict, num_sms: int, arch: str) -> Non
 
 
 def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, kind: KernelType,
-            num_groups: int, psum_alignment: int = 0, head_splits: HeadSplits = NO_HEAD_SPLITS) -> _Kernel:
+            num_groups: int, psum_alignment: int = 0, head_splits: HeadSplits = NO_HEAD_SPLITS,
+            fp8_out: bool = False) -> _Kernel:
     """The configured, loaded kernel; m: rows (dense, contiguous) or expected rows per group (masked, psum)."""
     forced = get_forced_config()
-    key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups, psum_alignment, head_splits)
+    key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups, psum_alignment, head_splits, fp8_out)
     kernel = _kernels.get(key)
     if kernel is None:
-        config = kernel_config(m, n, k, num_sms, arch, kind, num_groups, head_splits)
+        config = kernel_config(m, n, k, num_sms, arch, kind, num_groups, head_splits, fp8_out)
         env = read_env()
         log.apply_env(env)
-        heads = "" if head_splits == NO_HEAD_SPLITS else f" head splits {head_splits}"
+        heads = ("" if head_splits == NO_HEAD_SPLITS else f" head splits {head_splits}") + \
+            (" fp8 out" if fp8_out else "")
         log.configs.debug("%s m=%d n=%d k=%d groups=%d%s: %s", kind.value, m, n, k, num_groups, heads, config)
         # (Head-split GEMMs are an attention layer's few shapes: compiled as they come.)
         if env.jit_precompile and forced is None and not has_group_row_ends(kind) \
-                and head_splits == NO_HEAD_SPLITS and (n, k, num_sms, arch, kind) not in _seen_nk:
+                and head_splits == NO_HEAD_SPLITS and not fp8_out and (n, k, num_sms, arch, kind) not in _seen_nk:
             _seen_nk.add((n, k, num_sms, arch, kind))
             precompile_variants(n, k, num_sms, arch, kind)
         ensure_context(device_index)
-        loaded = jit.load(kernel_source(n, k, config, kind, psum_alignment, head_splits), arch, config.num_threads,
-                          config.smem_size)
+        loaded = jit.load(kernel_source(n, k, config, kind, psum_alignment, head_splits, fp8_out), arch,
+                          config.num_threads, config.smem_size)
         kernel = _kernels[key] = _Kernel(config, loaded.function(device_index))
     return kernel
 
 
 def call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int = 0,
-                head_splits: HeadSplits = NO_HEAD_SPLITS) -> _Kernel:
+                head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: bool = False) -> _Kernel:
     """The kernel of a call with A and B (as in `build_plan`): the heuristic sees A's rows, expected_m for the
     kernels that walk groups, or the rows of one batch. Compile mode loads it without launching."""
     num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
     m = expected_m if has_group_row_ends(kind) else a.shape[0]
-    return _kernel(m, n, a.shape[-1], num_sms, a.device.index, arch, kind, num_groups, psum_alignment, head_splits)
+    return _kernel(m, n, a.shape[-1], num_sms, a.device.index, arch, kind, num_groups, psum_alignment, head_splits,
+                   fp8_out)
 
 
 def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0, psum_alignment: int = 0,
-               head_splits: HeadSplits = NO_HEAD_SPLITS):
+               head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: bool = False):
     """The `_C` plan of one layout, from kernel-ready tensors (A, SA, B, SB, out[, index]) with m, n, k > 0:
     SA MN-major and TMA-aligned, SB contiguous, A / B / out TMA operands, out n % 8 == 0.
 
@@ -169,7 +175,9 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     Psum: as contiguous, index = the running row counts [G]; expected_m = expected rows per group.
     Batched: A [B, m, k], SA [B, m, kb] at any strides (gathered by the kernel), B / SB as grouped, out [B, m, n];
     expected_m = m.
-    Dense with `head_splits` (left, mid, right): out [m, n + n / (left + right) * mid] (its mid columns untouched)."""
+    Dense with `head_splits` (left, mid, right): out [m, n + n / (left + right) * mid] (its mid columns untouched).
+    Dense with `fp8_out`: out [m, n] e4m3 (n % 16 == 0) and a sixth tensor, its scales SD [m, ceil(n/128)] float32
+    MN-major (stride(0) == 1)."""
     a, sa, b, sb, out = tensors[:5]
     k = a.shape[-1]
     kb = ceil_div(k, 128)
@@ -192,7 +200,7 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
         shape_m = rows
     b2 = b.view(num_groups * n, k)
     device_index = a.device.index
-    kernel = call_kernel(kind, a, b, num_sms, arch, expected_m, psum_alignment, head_splits)
+    kernel = call_kernel(kind, a, b, num_sms, arch, expected_m, psum_alignment, head_splits, fp8_out)
     cfg = kernel.config
     if cfg.a_box_rows and shape_m > cfg.a_box_rows:  # a forced config of fewer rows: the rest would be stale
         raise ValueError(f"the configuration loads {cfg.a_box_rows} rows of A per stage, the call has {shape_m}")
@@ -208,14 +216,17 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
         params.tensor_map("tensor_map_sa", 1, 4, (sa_inner, sa_outer), (sa_stride,), (cfg.block_m, 1), 0,
                           l2_promotion=False)
     # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
-    d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
-    d_cols = out2.shape[-1] if head_splits != NO_HEAD_SPLITS else n
-    params.tensor_map("tensor_map_d", 4, 2, (d_cols, rows), (out_row_stride,), (d_box, 64), cfg.swizzle_d_bytes)
+    if fp8_out:  # e4m3 bytes in 128-byte column atoms, 128-byte swizzle (FP8RowScaleEpilogue)
+        params.tensor_map("tensor_map_d", 4, 1, (n, rows), (out_row_stride,), (128, 64), 128)
+    else:
+        d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
+        d_cols = out2.shape[-1] if head_splits != NO_HEAD_SPLITS else n
+        params.tensor_map("tensor_map_d", 4, 2, (d_cols, rows), (out_row_stride,), (d_box, 64), cfg.swizzle_d_bytes)
     params.pointer("sb", 3)
     params.u32("shape_m", shape_m)
     dense = kind == KernelType.NORMAL  # grouped_layout, num_groups, d, d_row_stride: unused by the dense GEMM
     stores_rows = not dense or cfg.cluster_k_splits > 1  # (but its cluster K splits store D with plain stores)
-    params.pointer("grouped_layout", 5 if len(tensors) > 5 else None)
+    params.pointer("grouped_layout", 5 if len(tensors) > 5 and not fp8_out else None)
     params.u32("num_groups", 0 if dense else num_groups)
     params.pointer("d", 4 if stores_rows else None)
     params.u32("d_row_stride", out_row_stride if stores_rows else 0)
@@ -224,11 +235,13 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     strides = [stride if size > 1 else 0 for size, stride in zip(sa.shape, sa.stride())] if gathered else [0, 0, 0]
     for name, stride in zip(("sa_group_stride", "sa_row_stride", "sa_k_stride"), strides):
         params.u32(name, stride)
+    params.pointer("d_sf", 5 if fp8_out else None)
+    params.u32("d_sf_stride", tensors[5].stride(1) if fp8_out else 0)
     launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.cluster_size)
     # TMA operands need 16-byte aligned addresses; SB, the index tensor and a gathered SA are read as plain arrays.
     align_masks = (15, 3 if kind == KernelType.BATCHED else 15, 15, 3, 15, 3)[:len(tensors)]
-    return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors], (4,),
-                     (launch,))
+    return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors],
+                     (4, 5) if fp8_out else (4,), (launch,))
 
 
 def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_sms: int, arch: str,
@@ -238,6 +251,8 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
     if variant == SKIP_HEAD_MID.name:
         return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.NORMAL, ms,
                                head_splits=(shape["left"], shape["mid"], shape["right"]))
+    if variant == DENSE_FP8_OUT.name:
+        return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.NORMAL, ms, fp8_out=True)
     kind = KernelType(variant)
     groups = shape.get("num_groups", shape.get("num_batches", 1))
     return runtime_kernels(shape["n"], shape["k"], num_sms, arch, kind, ms, groups,
@@ -245,5 +260,5 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
 
 
 FAMILY = Family(FAMILY_NAME, HEADER, FUNCTION, PARAMS, ("sm_90a",), (DENSE, CONTIGUOUS, MASKED, PSUM, BMM,
-                                                                     SKIP_HEAD_MID),
+                                                                     SKIP_HEAD_MID, DENSE_FP8_OUT),
                 build_plan, clear_kernels, call_kernel, warmup_kernels, warmup_precompile)

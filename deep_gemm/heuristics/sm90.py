@@ -149,19 +149,21 @@ def _block_ms(m: int, kind: KernelType) -> Tuple[int, ...]:
 # 16.8, 32x7168x2048 10.9 vs 9.4, 16x24576x1536 25.0 vs 20.2 (benchmarks/NOTES.md): below 32 columns the per-K-block
 # work of a tile, not the number of CTAs streaming, sets the time (66 CTAs still stream 2112x7168 faster than 132).
 DECODE_MIN_BLOCK_N = 32
+# FP8 output (GemmProblem.fp8_out): the epilogue's scale groups, whole in every tile.
+FP8_OUT_GROUP = 128
 
 
 def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
-                 n_segment: int = 0) -> Tuple[int, int, int]:
+                 n_segment: int = 0, fp8_out: bool = False) -> Tuple[int, int, int]:
     """(block_m, block_n, waves) for a dense or contiguous grouped GEMM of m rows (block_n dividing `n_segment`
-    where it is set: GemmProblem.n_segment)."""
+    where it is set: GemmProblem.n_segment; a multiple of FP8_OUT_GROUP with `fp8_out`)."""
     # Dense calls with an m-row A box skip tiles narrower than DECODE_MIN_BLOCK_N while tiles of that width still
     # keep half the SMs streaming. NOTES: at m = 64 (no box) 64x16 stayed ahead: 64x2112x7168 11.3 vs 11.7 us.
     narrow_ok = kind != KernelType.NORMAL or a_rows_per_stage(m, 64) == 0 or \
         ceil_div(n, DECODE_MIN_BLOCK_N) < sms // 2
     candidates = [(bm, bn) for bm in _block_ms(m, kind) for bn in BLOCK_NS
                   if _legal_block(bm, bn) and (n_segment == 0 or n_segment % bn == 0)
-                  and (bn >= DECODE_MIN_BLOCK_N or narrow_ok)]
+                  and (bn >= DECODE_MIN_BLOCK_N or narrow_ok) and (not fp8_out or bn % FP8_OUT_GROUP == 0)]
     if m <= 128:
         # Memory-bound regime: spread the weights over as many SMs as possible (fewest waves, fullest last wave).
         bm, bn, waves = _fewest_waves(candidates, lambda bm_, bn_: ceil_div(m, bm_) * ceil_div(n, bn_), sms)
@@ -169,7 +171,7 @@ def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType
         # SMs (H200: 128x7168x16384 40.0 us at 128x64 vs 48.2 at 64x112, 128x7168x2048 8.1 vs 8.9; no gain at
         # 128x4096x7168 and 100x4096x7168, a loss at 128x2112x7168).
         if bm == 64 and m > 64 and kind == KernelType.NORMAL and ceil_div(n, 64) >= 0.75 * sms and \
-                n_segment % 64 == 0:
+                n_segment % 64 == 0 and not fp8_out:
             bn = 64
             waves = num_waves(ceil_div(n, bn), sms)
             bm = 128
@@ -340,14 +342,14 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
 
 
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
-               groups: int = 1, n_segment: int = 0) -> GemmConfig:
+               groups: int = 1, n_segment: int = 0, fp8_out: bool = False) -> GemmConfig:
     masked = walks_groups(kind)
     if kind == KernelType.BATCHED:
         bm, bn, _ = _pick_batched_blocks(m, n, k, sms, groups)
     elif masked:
         bm, bn, _ = _pick_masked_blocks(m, n, k, sms, groups)
     else:
-        bm, bn, _ = _pick_blocks(m, n, k, sms, kind, n_segment)
+        bm, bn, _ = _pick_blocks(m, n, k, sms, kind, n_segment, fp8_out)
     num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)
     if kind == KernelType.NORMAL and num_multicast == 1:
         # A dense call of fewer rows than the tile loads only its rows (rounded up: a_rows_per_stage). NOTES: H100,
@@ -400,8 +402,8 @@ def variant_row_counts() -> Tuple[int, ...]:
 @functools.lru_cache(maxsize=4096)
 def get_sm90_config(problem: GemmProblem) -> GemmConfig:
     m, n, k, sms, kind = problem.m, problem.n, problem.k, problem.num_sms, problem.kernel_type
-    config = _heuristic(m, n, k, sms, kind, problem.num_groups, problem.n_segment)
-    if m <= VARIANT_M_CAP or has_group_row_ends(kind) or problem.n_segment:
+    config = _heuristic(m, n, k, sms, kind, problem.num_groups, problem.n_segment, problem.fp8_out)
+    if m <= VARIANT_M_CAP or has_group_row_ends(kind) or problem.n_segment or problem.fp8_out:
         return config
     variants = sm90_kernel_variants(n, k, sms, kind)
     if kernel_key(config) in {kernel_key(v) for v in variants}:

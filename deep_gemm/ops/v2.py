@@ -34,7 +34,7 @@ from .gemm import gemm_fp8_fp8_bf16_nt
 from .grouped import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked
 from .wgrad import k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32_nt
 
-__all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gemm_tt",
+__all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gemm_tt", "fp8_gemm_nt_fp8_out",
            "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
            "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nn_contiguous",
            "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nn_contiguous",
@@ -43,6 +43,7 @@ __all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gem
            "cublaslt_gemm_nt", "cublaslt_gemm_nn", "cublaslt_gemm_tn", "cublaslt_gemm_tt"]
 
 _PSUM = int(Op.PSUM)
+_DENSE_FP8_OUT = int(Op.DENSE_FP8_OUT)
 # The variant of a v2 call on sm_100, by scale path (`scale_path`): the exact FP32 scales run the May-2025 names'
 # variants, UE8M0 its own.
 _DENSE = {"fp32": int(Op.DENSE), "ue8m0": int(Op.DENSE_UE8M0)}
@@ -140,10 +141,19 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: Optional[torch.Tensor] = None, rec
 
     Default recipe (1, 128, 128): SFA [m, ceil(k/128)] (row-major or MN-major), SFB [ceil(n/128), ceil(k/128)], d
     BF16, c must be None (SM90 has no BF16 accumulation). recipe (1, 1, 128): SFB [n, ceil(k/128)], d FP32 and c
-    required (c = d accumulates in place). See the module docstring for the other arguments."""
+    required (c = d accumulates in place). See the module docstring for the other arguments.
+
+    A (D, SFD) pair as d (FP8 output, sm_90a, default recipe, no c) is `fp8_gemm_nt_fp8_out(a, b, d)`."""
     _check_compiled_dims(compiled_dims)
     _check_flag(disable_ue8m0_cast, "disable_ue8m0_cast")
     gran_a, gran_b = _granularities(recipe, recipe_a, recipe_b)
+    if isinstance(d, (tuple, list)):
+        if (gran_a, gran_b) != (_TOKEN, _BLOCK):
+            raise ValueError(f"recipe: an FP8 d takes the default recipe (1, 128, 128), got {gran_a} and {gran_b}")
+        if c is not None:
+            raise ValueError("c: accumulation is not supported with an FP8 d")
+        fp8_gemm_nt_fp8_out(a, b, d)
+        return
     scales = _sm100_scales(a, disable_ue8m0_cast)
     if scales is not None and (gran_a, gran_b) == (_TOKEN, _BLOCK) and c is None:
         call(_DENSE[scales], tuple(a), tuple(b), d)
@@ -169,6 +179,18 @@ def fp8_fp4_gemm_nt(a, b, d: torch.Tensor, c: Optional[torch.Tensor] = None, rec
         wgrad_gemm_fp8_fp8_fp32_nt((a, _a_scales_mn_major(sfa).mT), (b, _a_scales_mn_major(sfb).mT), d)
     else:
         raise ValueError(f"recipe: B's scale granularity must be (128, 128) or (1, 128) on SM90, got {gran_b}")
+
+
+def fp8_gemm_nt_fp8_out(a, b, d) -> None:
+    """d = a @ b^T quantised to e4m3 in the GEMM's epilogue (sm_90a; not a DeepGEMM v2.6.1 name): a = (A [m, k],
+    SFA), b = (B [n, k], SFB) as `fp8_gemm_nt`'s default recipe; d = (D [m, n] float8_e4m3fn with n % 16 == 0, SFD
+    [m, ceil(n/128)] float32 MN-major: stride(0) == 1, as `per_token_cast_to_fp8(x, mn_major_sf=True)` returns it);
+    k > 0. Each row's 128-column groups are quantised as `per_token_cast_to_fp8` quantises its input: scale =
+    max(amax, 1e-4) / 448 (the same float32 operations), each value x * (1 / scale) rounded to e4m3 (within one e4m3
+    step of x / scale), +-448 saturate. (D, SFD) is the next FP8 GEMM's `a` as it is: no cast, no layout conversion.
+    Asynchronous, CUDA-graph safe; SFD's padding rows (m up to its stride) are not written."""
+    call(_DENSE_FP8_OUT, tuple(a) if isinstance(a, list) else a, tuple(b) if isinstance(b, list) else b,
+         tuple(d) if isinstance(d, list) else d)
 
 
 def _t(pair) -> tuple:

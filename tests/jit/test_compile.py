@@ -1,5 +1,6 @@
 """Compiling the real sm90 kernel (deep_gemm/jit/compiler.py) with NVRTC and nvcc for sm_90a, no GPU needed."""
 import dataclasses
+import re
 import struct
 
 import pytest
@@ -229,3 +230,28 @@ def test_head_split_kernel_compiles_and_refuses_tiles_across_parts():
     across = hand_config(4096, 32768, 512, 128, 96, 1, True)
     with pytest.raises(CompileError, match="head splits"):
         NVRTCCompiler().compile(kernel_source(32768, 512, across, KernelType.NORMAL, 0, splits).code(), ARCH)
+
+
+@pytest.mark.parametrize("m", [1, 128, 4096])
+def test_fp8_out_kernel_compiles_without_spills(m):
+    """fp8_gemm_nt_fp8_out's kernel (FP8RowScaleEpilogue): the heuristic's tiles hold whole 128-column scale groups
+    and cut no K over a cluster; it builds with NVRTC without spills, converts with cvt.e4m3x2, and stores D by TMA."""
+    from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_config
+    from deep_gemm.heuristics import KernelType
+    config = kernel_config(m, 4096, 7168, 132, ARCH, KernelType.NORMAL, 1, fp8_out=True)
+    assert config.block_n % 128 == 0 and config.cluster_k_splits == 1, config
+    source = kernel_source(4096, 7168, config, KernelType.NORMAL, fp8_out=True)
+    assert source.name.endswith("_fp8_out")
+    result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True, ptxas_verbose=True)
+    check_cubin(result.cubin)
+    check_ptx(result.ptx, config)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in result.ptx and "cp.async.bulk.tensor.2d.global.shared" in result.ptx
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), result.log
+
+
+def test_fp8_out_kernel_refuses_tiles_across_scale_groups():
+    from deep_gemm.heuristics import KernelType
+    narrow = hand_config(4096, 4096, 7168, 128, 64, 1, True)
+    with pytest.raises(CompileError, match="whole 128-column scale groups"):
+        NVRTCCompiler().compile(kernel_source(4096, 7168, narrow, KernelType.NORMAL, fp8_out=True).code(), ARCH)

@@ -20,7 +20,6 @@ __device__ __forceinline__ uint32_t swizzled_offset(uint32_t row, uint32_t col_b
 // Epilogue policies (the shell's `Epilogue`). A policy provides smem_d_bytes<kNumMathWGs>() (its shared-memory D
 // region, a multiple of 1024 bytes: the stages after it keep the 128B swizzle's alignment) and the kernel's writes
 // into it (write_warp: one warp's 16 rows of a 64-row WGMMA accumulator) and out of it (TMA stores / reductions).
-// NOTES: a requantising FP8-output epilogue is one more policy here (1-byte D, its scale written beside it).
 
 // BF16 epilogue: FP32 accumulators -> BF16 -> stmatrix into a swizzled shared-memory D tile -> TMA store.
 //
@@ -119,6 +118,71 @@ struct BF16Epilogue {
                 const uint64_t offset = (static_cast<uint64_t>(m_start + row) * row_stride + col) * 2;
                 copy_16b_shared_to_global(d + offset, smem_d + chunk_offset(row, chunk));
             }
+        }
+    }
+};
+
+// FP8 (e4m3) epilogue with one scale per row and 128-column group (1 x 128, the layout the FP8 GEMMs take as A's
+// scales): per row and group, amax over its 128 FP32 accumulators (a quad of lanes holds a row's columns: two
+// shuffles), scale = max(amax, 1e-4) * RN(1/448) as per_token_cast_to_fp8 computes it on the GPU, e4m3 bytes of
+// x * RN(1 / scale) (within one e4m3 ulp of the cast's x / scale; +-448 saturate) -> a shared-memory D tile of
+// 128-byte column atoms ([BLOCK_M][128 B] each, 128-byte TMA swizzle: the quads' 2-byte writes hit distinct banks)
+// -> one TMA store per atom (box 128 x 64). The scales go straight to global memory from the quads' first lanes,
+// MN-major: sf[group * sf_stride + row]. NaN accumulators do not reach the amax (fmaxf drops them).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+struct FP8RowScaleEpilogue {
+    static constexpr uint32_t kGroup = 128;
+    DG_STATIC_ASSERT(BLOCK_N % kGroup == 0, "FP8 output with 1 x 128 scales needs whole 128-column groups per tile");
+    static constexpr uint32_t kRowBytes = 128;
+    static constexpr uint32_t kNumAtoms = BLOCK_N / kRowBytes;
+    static constexpr uint32_t kAtomBytes = BLOCK_M * kRowBytes;
+    static constexpr uint32_t kSmemBytes = BLOCK_M * BLOCK_N;
+    static constexpr uint32_t kAmaxFloorBits = 0x38d1b717u;  // float(1e-4), the casts' clamp bound
+    static constexpr float kInvFp8Max = 0x1.24924ap-9f;      // RN(1 / 448), as torch's reciprocal of 448.0
+
+    // One warp's 16 x BLOCK_N slice of a 64-row accumulator (layout as in BF16Epilogue; `row0` = its first tile row)
+    // into smem_d, and the slice's scales: group g's of tile row r at sf[(first_group + g) * sf_stride + sf_row0 + r]
+    // for r < valid_rows (rows past the output's end are not stored).
+    __device__ __forceinline__ static void write_warp(uint8_t* smem_d, const float* acc, uint32_t row0, uint32_t lane,
+                                                      float* sf, uint32_t sf_stride, uint32_t first_group,
+                                                      uint32_t sf_row0, uint32_t valid_rows) {
+        constexpr uint32_t kChunksPerGroup = kGroup / 8;
+        #pragma unroll
+        for (uint32_t g = 0; g < BLOCK_N / kGroup; ++g) {
+            #pragma unroll
+            for (uint32_t h = 0; h < 2; ++h) {
+                float amax = 0.0f;
+                #pragma unroll
+                for (uint32_t c = g * kChunksPerGroup; c < (g + 1) * kChunksPerGroup; ++c)
+                    amax = fmaxf(amax, fmaxf(fabsf(acc[c * 4 + h * 2]), fabsf(acc[c * 4 + h * 2 + 1])));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                const float scale = fmaxf(amax, __uint_as_float(kAmaxFloorBits)) * kInvFp8Max;
+                const float inverse = __frcp_rn(scale);
+                const uint32_t row = row0 + lane / 4 + h * 8;
+                if (lane % 4 == 0 and row < valid_rows)
+                    sf[static_cast<uint64_t>(first_group + g) * sf_stride + sf_row0 + row] = scale;
+                #pragma unroll
+                for (uint32_t c = g * kChunksPerGroup; c < (g + 1) * kChunksPerGroup; ++c) {
+                    uint16_t pair;
+                    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
+                        : "=h"(pair) : "f"(acc[c * 4 + h * 2 + 1] * inverse), "f"(acc[c * 4 + h * 2] * inverse));
+                    const uint32_t offset =
+                        swizzled_offset<kRowBytes, 128, kAtomBytes>(row, c * 8 + (lane % 4) * 2);
+                    asm volatile("st.shared.u16 [%0], %1;" :: "r"(smem_u32(smem_d) + offset), "h"(pair) : "memory");
+                }
+            }
+        }
+    }
+
+    // Issue the TMA stores of the 64 tile rows starting at `row0` (one thread; as BF16Epilogue::store_rows). The D
+    // tensor map is over the e4m3 bytes with box 128 x 64 and the 128-byte swizzle.
+    __device__ __forceinline__ static void store_rows(const TmaDescriptor* tensor_map_d, const uint8_t* smem_d,
+                                                      uint32_t row0, uint32_t m_start, uint32_t n_start) {
+        #pragma unroll
+        for (uint32_t atom = 0; atom < kNumAtoms; ++atom) {
+            tma_store_2d(tensor_map_d, smem_d + atom * kAtomBytes + row0 * kRowBytes,
+                         static_cast<int32_t>(n_start + atom * kRowBytes), static_cast<int32_t>(m_start + row0));
         }
     }
 };

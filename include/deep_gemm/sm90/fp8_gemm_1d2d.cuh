@@ -4,7 +4,7 @@
 // and 128x128 RHS scales (2D). Composed in the sm90 kernel shell (kernel_shell.cuh: persistent, one TMA producer
 // warpgroup, one or two WGMMA math warpgroups); what is this kernel's own: the scales (SA per stage, SB per tile from
 // global memory), the K loop, in which FP32 partial sums of every 128-wide K block are scaled and promoted into FP32
-// registers, and the BF16 epilogue.
+// registers, and the BF16 epilogue (or, dense, an e4m3 one with per-row 1 x 128 scales: Config::kFP8Out).
 // One kernel family for the dense GEMM and the two MoE grouped layouts (see GemmType in common/scheduler.cuh):
 // the grouped types differ only in how tiles map to rows of A/D, to an expert's B/SB, and in what the epilogue
 // may write.
@@ -50,6 +50,7 @@ struct FP8GemmOutput {
     static constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
     static constexpr uint32_t kNumAccum = Shell::kNumAccum;
     using Epilogue = BF16Epilogue<BLOCK_M, Config::BLOCK_N, Config::kSwizzleDBytes>;
+    using FP8Epilogue = FP8RowScaleEpilogue<BLOCK_M, (Config::kFP8Out ? Config::BLOCK_N : 128)>;
     using MathWarpgroup = typename Shell::MathWarpgroup;
 
     const TmaDescriptor* tensor_map_d;
@@ -57,6 +58,8 @@ struct FP8GemmOutput {
     uint32_t shape_m;
     uint8_t* d;
     uint32_t d_row_stride;
+    float* d_sf;           // Config::kFP8Out: D's scales, MN-major (d_sf[group * d_sf_stride + row])
+    uint32_t d_sf_stride;
 
     // D's column of GEMM column n (a tile's first): with head splits (Config::kHeadSplitLeft / Mid / Right), every
     // head's left + right GEMM columns land as left | mid columns left unwritten | right (DeepGEMM's
@@ -100,6 +103,28 @@ struct FP8GemmOutput {
         // gathered scales: otherwise the epilogue's warpgroup barrier is what publishes the next tile's SB
         // (store_tile_sb) to the whole warpgroup, and skipping it gave masked GEMMs stale scales (GPU suite: NaN and
         // non-deterministic results).
+        if constexpr (Config::kFP8Out) {
+            // Dense only (static_assert in the kernel): the scales of rows past shape_m are not stored, their D
+            // rows are clipped by the TMA store.
+            const uint32_t valid_rows = shape_m - tile.row_base;
+            wg.store_tile(
+                [&] {
+                    #pragma unroll
+                    for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                        FP8Epilogue::write_warp(smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row,
+                                                wg.lane_idx, d_sf, d_sf_stride, n_start / FP8Epilogue::kGroup,
+                                                tile.row_base, valid_rows);
+                },
+                [&](bool is_leader) {
+                    if (is_leader) {
+                        #pragma unroll
+                        for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                            FP8Epilogue::store_rows(tensor_map_d, smem_d, wg.sub_tile_row(s), tile.row_base, n_start);
+                        tma_store_commit();
+                    }
+                });
+            return;
+        }
         constexpr uint32_t kDirectStoreRows = 16;
         if (Config::kGatherScales and tile.valid_rows <= kDirectStoreRows) {
             #pragma unroll
@@ -153,7 +178,9 @@ struct FP8GemmOutput {
 // rows the epilogue does not write), kOneMBlock (batched GEMMs with m <= BLOCK_M: one M block per batch, a tile walk without run-time
 // divisions; TileScheduler), kClusterSplitsK (1, or 2-8 CTAs of a cluster cutting a dense tile's K; the launch's
 // cluster size), kHeadSplitLeft / kHeadSplitMid / kHeadSplitRight (0, or a dense GEMM's head splits:
-// FP8GemmOutput::d_column; D is [m, n + n / (left + right) * mid]).
+// FP8GemmOutput::d_column; D is [m, n + n / (left + right) * mid]), kFP8Out (a dense GEMM whose D is e4m3 with one
+// FP32 scale per row and 128 columns, computed in the epilogue: FP8RowScaleEpilogue; `tensor_map_d` is then over
+// D's bytes with box 128 x 64 and the 128-byte swizzle, and `d_sf` / `d_sf_stride` address the MN-major scales).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
@@ -175,7 +202,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                    const float* __restrict__ sa,         // kGatherScales: SA[g][row][k block] at these strides
                    const uint32_t sa_group_stride,      // (elements; the group stride is 0 where rows are
                    const uint32_t sa_row_stride,        // numbered across groups: dense, contiguous, psum)
-                   const uint32_t sa_k_stride) {
+                   const uint32_t sa_k_stride,
+                   float* __restrict__ d_sf,             // kFP8Out: D's scales [ceil(n/128), m'] MN-major
+                   const uint32_t d_sf_stride) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape and the composition: FP8 operands, per-128-K promotion, BF16 epilogue ----
     constexpr GemmType kGemmType = Config::kGemmType;
@@ -231,6 +260,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                           Config::kHeadSplitRight % BLOCK_N == 0 and SHAPE_N % (Config::kHeadSplitLeft +
                                                                              Config::kHeadSplitRight) == 0),
                      "head splits: a dense GEMM stored by TMA whose tiles lie inside one head part");
+    DG_STATIC_ASSERT(not Config::kFP8Out or (kGemmType == GemmType::Normal and not kSplitsInCluster and
+                                             Config::kHeadSplitLeft + Config::kHeadSplitRight == 0 and
+                                             BLOCK_N % 128 == 0),
+                     "FP8 output: a dense GEMM stored by TMA whose tiles hold whole 128-column scale groups");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and kNumMulticast == 1 and
                                               kNumKBlocks % kClusterSplits == 0),
                      "cluster K splits: dense GEMMs without multicast, the split count dividing the K blocks");
@@ -276,7 +309,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     } else {
         const auto wg = shell.math_warpgroup();
         typename Promotion::Math promotion(shell.smem_scales, sb, wg);
-        const FP8GemmOutput<Config, Shell> output{&tensor_map_d, grouped_layout, shape_m, d, d_row_stride};
+        const FP8GemmOutput<Config, Shell> output{&tensor_map_d, grouped_layout, shape_m, d, d_row_stride, d_sf,
+                                                  d_sf_stride};
         SplitEpilogue split_epilogue(shell.smem_d, threadIdx.x);  // used with cluster K splits only
         float partial[KLoop::kNumPartials][kNumAccum];
         float final_accum[kNumSubTiles][kNumAccum];
