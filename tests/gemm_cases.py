@@ -1135,7 +1135,7 @@ def build_fp8_out(p: dict, device, seed: int) -> Case:
     step, every scale within 1e-4 (relative: the product's FP32 rounding differs), the padding rows untouched."""
     m, n, k = p["m"], p["n"], p["k"]
     lhs, rhs, ref, _ = dense_operands(m, n, k, device, seed)
-    g = Guarded((m, n), FP8, device)
+    g = Guarded((m, n), FP8, device, guard=16)   # 16-byte guard columns: D's rows start 16-byte aligned (TMA)
     groups, m_pad = (n + 127) // 128, (m + 3) // 4 * 4
     sfd_store = torch.full((groups, m_pad), float("nan"), device=device)
     sfd = sfd_store.t()[:m]
