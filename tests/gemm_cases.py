@@ -1121,18 +1121,12 @@ def sample_fp8_out(rng: random.Random) -> dict:
     return dict(m=_cap_rows(draw_rows(rng, 16384), n * k, k), n=n, k=k)
 
 
-def e4m3_code_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """|x - y| in e4m3 steps (codes ordered as signed magnitudes; +0 and -0 are one value)."""
-    def signed(t):
-        b = t.view(torch.uint8).to(torch.int32)
-        return torch.where(b >= 128, -(b - 128), b)
-    return (signed(x) - signed(y)).abs()
-
-
 def build_fp8_out(p: dict, device, seed: int) -> Case:
     """p: m, n (a multiple of 16), k. d = (D [m, n] e4m3 in a guarded buffer, SFD MN-major with its padding rows
-    poisoned); checked against per_token_cast_to_fp8 of the dequantised FP32 product: every e4m3 value within one
-    step, every scale within 1e-4 (relative: the product's FP32 rounding differs), the padding rows untouched."""
+    poisoned); checked against per_token_cast_to_fp8 of the dequantised FP32 product. The kernel quantises its own
+    FP32 accumulators, which differ from that product by the FP8 GEMM's rounding (its partial sums within a K block
+    keep fewer bits: calc_diff ~1e-6): each scale within 2e-3 of the cast's, each dequantised value within one e4m3
+    step of the product plus 0.5% of its group's amax, calc_diff < 1.5e-3; SFD's padding rows untouched."""
     m, n, k = p["m"], p["n"], p["k"]
     lhs, rhs, ref, _ = dense_operands(m, n, k, device, seed)
     g = Guarded((m, n), FP8, device, guard=16)   # 16-byte guard columns: D's rows start 16-byte aligned (TMA)
@@ -1144,14 +1138,20 @@ def build_fp8_out(p: dict, device, seed: int) -> Case:
         return deep_gemm.utils.math.per_token_cast_to_fp8_torch(ref)
 
     def checker(case: Case) -> None:
-        ref_d, ref_sf = reference()
-        bad = e4m3_code_distance(case.out, ref_d) > 1
-        assert not bool(bad.any()), f"{case.desc}: {int(bad.sum())} e4m3 values more than one step from the " \
-                                    f"cast of the FP32 product, first at {bad.nonzero()[0].tolist()}"
+        _, ref_sf = reference()
         assert bool(torch.isfinite(sfd).all()), f"{case.desc}: a scale was not written"
-        assert bool(torch.allclose(sfd, ref_sf, rtol=1e-4, atol=0)), \
+        assert bool(torch.allclose(sfd, ref_sf, rtol=2e-3, atol=0)), \
             f"{case.desc}: scales differ from the cast's: max rel {float(((sfd - ref_sf) / ref_sf).abs().max()):.3g}"
         assert bool(torch.isnan(sfd_store[:, m:]).all()), f"{case.desc}: SFD's padding rows were written"
+        scale = ref_sf.repeat_interleave(128, dim=1)[:, :n]
+        ours = case.out.float() * sfd.repeat_interleave(128, dim=1)[:, :n]
+        assert bool(torch.isfinite(ours).all()), f"{case.desc}: NaN in D (unwritten or not finite)"
+        q = (ref.abs() / scale).clamp(min=2.0 ** -6)
+        step = torch.exp2(torch.floor(torch.log2(q)) - 3) * scale   # subnormals: 2^-9 of the scale
+        bad = (ours - ref).abs() > step + 0.005 * 448 * scale
+        assert not bool(bad.any()), f"{case.desc}: {int(bad.sum())} values off the product by more than one e4m3 " \
+                                    f"step, first at {bad.nonzero()[0].tolist()}"
+        assert calc_diff(ours, ref) < 1.5e-3, f"{case.desc}: calc_diff {float(calc_diff(ours, ref)):.3g}"
 
     def simulate() -> None:
         ref_d, ref_sf = reference()

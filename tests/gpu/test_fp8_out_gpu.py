@@ -1,6 +1,7 @@
 """GPU correctness of `fp8_gemm_nt_fp8_out` (the dense FP8 GEMM whose epilogue writes e4m3 with per-row 1 x 128
-scales): against `per_token_cast_to_fp8` of the dequantised FP32 product (tests/gemm_cases.py's builder: every value
-within one e4m3 step, every scale within 1e-4, poisoned D and guard bands, SFD's padding rows untouched) over ragged
+scales): against `per_token_cast_to_fp8` of the dequantised FP32 product (tests/gemm_cases.py's builder: values within one
+e4m3 step plus the FP8 GEMM's own rounding, scales within 2e-3, poisoned D and guard bands, SFD's padding rows
+untouched) over ragged
 m, n and k; bitwise reruns; huge products (saturation, no inf / NaN scales) and all-zero rows; a CUDA graph; and the
 (D, SFD) pair fed to the next FP8 GEMM as its `a` with no conversion. Skipped without sm_90."""
 import pytest
@@ -66,8 +67,8 @@ def test_cuda_graph_replay():
     graph.replay()
     torch.cuda.synchronize()
     ref_d, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(ref)
-    assert bool(torch.allclose(sfd, ref_sf, rtol=1e-4, atol=0))
-    assert calc_diff(d.float() * sfd.repeat_interleave(128, dim=1)[:, :n], ref) < 1e-3
+    assert bool(torch.allclose(sfd, ref_sf, rtol=2e-3, atol=0))
+    assert calc_diff(d.float() * sfd.repeat_interleave(128, dim=1)[:, :n], ref) < 1.5e-3
 
 
 def test_feeds_the_next_gemm_without_conversion():
