@@ -1121,45 +1121,91 @@ def sample_fp8_out(rng: random.Random) -> dict:
     return dict(m=_cap_rows(draw_rows(rng, 16384), n * k, k), n=n, k=k)
 
 
+def check_fp8_out(out: torch.Tensor, sfd: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    """D [rows, n] e4m3 and SFD [rows, ceil(n/128)] against per_token_cast_to_fp8 of the dequantised FP32 product
+    `ref`. The kernel quantises its own FP32 accumulators, which differ from that product by the FP8 GEMM's rounding
+    (partial sums within a K block keep fewer bits: calc_diff ~1e-6), so: each scale within 2e-3 of the cast's, each
+    dequantised value within one e4m3 step of the product plus 0.5% of its group's amax, calc_diff < 1.5e-3."""
+    n = out.shape[-1]
+    _, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(ref)
+    assert bool(torch.isfinite(sfd).all()), f"{what}: a scale was not written"
+    assert bool(torch.allclose(sfd, ref_sf, rtol=2e-3, atol=0)), \
+        f"{what}: scales differ from the cast's: max rel {float(((sfd - ref_sf) / ref_sf).abs().max()):.3g}"
+    scale = ref_sf.repeat_interleave(128, dim=1)[:, :n]
+    ours = out.float() * sfd.repeat_interleave(128, dim=1)[:, :n]
+    assert bool(torch.isfinite(ours).all()), f"{what}: NaN in D (unwritten or not finite)"
+    q = (ref.abs() / scale).clamp(min=2.0 ** -6)
+    step = torch.exp2(torch.floor(torch.log2(q)) - 3) * scale   # subnormals: 2^-9 of the scale
+    bad = (ours - ref).abs() > step + 0.005 * 448 * scale
+    assert not bool(bad.any()), f"{what}: {int(bad.sum())} values off the product by more than one e4m3 step, " \
+                                f"first at {bad.nonzero()[0].tolist()}"
+    assert calc_diff(ours, ref) < 1.5e-3, f"{what}: calc_diff {float(calc_diff(ours, ref)):.3g}"
+
+
+def fp8_out_scales(lead: Tuple[int, ...], rows: int, n: int, device):
+    """(SFD [*lead, rows, ceil(n/128)] MN-major with its M stride padded to 16 bytes, the NaN-filled storage)."""
+    groups, rows_pad = (n + 127) // 128, (rows + 3) // 4 * 4
+    store = torch.full((*lead, groups, rows_pad), float("nan"), device=device)
+    return store.transpose(-1, -2)[..., :rows, :], store
+
+
 def build_fp8_out(p: dict, device, seed: int) -> Case:
     """p: m, n (a multiple of 16), k. d = (D [m, n] e4m3 in a guarded buffer, SFD MN-major with its padding rows
-    poisoned); checked against per_token_cast_to_fp8 of the dequantised FP32 product. The kernel quantises its own
-    FP32 accumulators, which differ from that product by the FP8 GEMM's rounding (its partial sums within a K block
-    keep fewer bits: calc_diff ~1e-6): each scale within 2e-3 of the cast's, each dequantised value within one e4m3
-    step of the product plus 0.5% of its group's amax, calc_diff < 1.5e-3; SFD's padding rows untouched."""
+    poisoned), checked by `check_fp8_out`; SFD's padding rows untouched."""
     m, n, k = p["m"], p["n"], p["k"]
     lhs, rhs, ref, _ = dense_operands(m, n, k, device, seed)
     g = Guarded((m, n), FP8, device, guard=16)   # 16-byte guard columns: D's rows start 16-byte aligned (TMA)
-    groups, m_pad = (n + 127) // 128, (m + 3) // 4 * 4
-    sfd_store = torch.full((groups, m_pad), float("nan"), device=device)
-    sfd = sfd_store.t()[:m]
-
-    def reference():
-        return deep_gemm.utils.math.per_token_cast_to_fp8_torch(ref)
+    sfd, sfd_store = fp8_out_scales((), m, n, device)
 
     def checker(case: Case) -> None:
-        _, ref_sf = reference()
-        assert bool(torch.isfinite(sfd).all()), f"{case.desc}: a scale was not written"
-        assert bool(torch.allclose(sfd, ref_sf, rtol=2e-3, atol=0)), \
-            f"{case.desc}: scales differ from the cast's: max rel {float(((sfd - ref_sf) / ref_sf).abs().max()):.3g}"
+        check_fp8_out(case.out, sfd, ref, case.desc)
         assert bool(torch.isnan(sfd_store[:, m:]).all()), f"{case.desc}: SFD's padding rows were written"
-        scale = ref_sf.repeat_interleave(128, dim=1)[:, :n]
-        ours = case.out.float() * sfd.repeat_interleave(128, dim=1)[:, :n]
-        assert bool(torch.isfinite(ours).all()), f"{case.desc}: NaN in D (unwritten or not finite)"
-        q = (ref.abs() / scale).clamp(min=2.0 ** -6)
-        step = torch.exp2(torch.floor(torch.log2(q)) - 3) * scale   # subnormals: 2^-9 of the scale
-        bad = (ours - ref).abs() > step + 0.005 * 448 * scale
-        assert not bool(bad.any()), f"{case.desc}: {int(bad.sum())} values off the product by more than one e4m3 " \
-                                    f"step, first at {bad.nonzero()[0].tolist()}"
-        assert calc_diff(ours, ref) < 1.5e-3, f"{case.desc}: calc_diff {float(calc_diff(ours, ref)):.3g}"
 
     def simulate() -> None:
-        ref_d, ref_sf = reference()
+        ref_d, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(ref)
         g.out.copy_(ref_d)
         sfd.copy_(ref_sf)
 
     return Case("fp8_gemm_nt_fp8_out", f"fp8 out m={m} n={n} k={k}", (lhs, rhs, (g.out, sfd)), g, checker,
                 dict(ref=ref, simulate=simulate))
+
+
+def sample_masked_fp8_out(rng: random.Random) -> dict:
+    p = sample_masked(rng)
+    p["n"] = rng.choice([16, 2048, 4096, 7168, 16 * rng.randint(1, 300)])
+    return p
+
+
+def build_masked_fp8_out(p: dict, device, seed: int) -> Case:
+    """The masked GEMM with d = (D [G, m_max, n] e4m3, SFD [G, m_max, ceil(n/128)] TMA-aligned MN-major): rows <
+    masked_m checked by `check_fp8_out`, rows >= masked_m of D and SFD untouched."""
+    groups, m_max, n, k = p["groups"], p["m_max"], p["n"], p["k"]
+    lhs, rhs, ref, _ = masked_inputs(groups, m_max, n, k, _gen(device, seed), device)
+    masked_m = torch.tensor(p["masked"], dtype=torch.int32, device=device)
+    counts = [min(max(c, 0), m_max) for c in p["masked"]]
+    g = Guarded((groups, m_max, n), FP8, device, guard=16)
+    sfd, sfd_store = fp8_out_scales((groups,), m_max, n, device)
+
+    def checker(case: Case) -> None:
+        untouched = case.guarded.untouched()
+        for e, c in enumerate(counts):
+            assert not bool(untouched[e, :c].any()), f"{case.desc}: rows < masked_m left unwritten"
+            assert bool(untouched[e, c:].all()), f"{case.desc}: rows >= masked_m were written"
+            assert bool(torch.isnan(sfd_store[e, :, c:]).all()), f"{case.desc}: scales of rows >= masked_m written"
+            if c:
+                check_fp8_out(case.out[e, :c], sfd[e, :c], ref[e, :c], f"{case.desc} group {e}")
+
+    def simulate() -> None:
+        for e, c in enumerate(counts):
+            if c:
+                ref_d, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(ref[e, :c])
+                g.out[e, :c] = ref_d
+                sfd[e, :c] = ref_sf
+
+    return Case("m_grouped_fp8_gemm_nt_masked_fp8_out",
+                f"masked fp8 out G={groups} m_max={m_max} n={n} k={k} masked_m={p['masked'][:8]}",
+                (lhs, rhs, (g.out, sfd), masked_m, p["expected_m"]), g, checker,
+                dict(ref=ref, counts=counts, simulate=simulate))
 
 
 # ---------------------------------------------------------------- registry
@@ -1252,6 +1298,18 @@ SPECS += [
                         ("fp8-out-d-bf16", lambda d: d.__setitem__("out", (d["out"][0].view(torch.int8).to(
                             torch.bfloat16), d["out"][1])), TypeError, "d[0] (D)", True),
                         ("fp8-out-not-a-pair", lambda d: d.__setitem__("out", d["out"][:1]), TypeError, "d", True)),
+             operator=False),
+    GemmSpec("m_grouped_fp8_gemm_nt_masked_fp8_out", sample_masked_fp8_out, build_masked_fp8_out,
+             dict(groups=3, m_max=70, n=272, k=200, masked=[70, 0, 33], expected_m=40), 2,
+             arg_names=("lhs", "rhs", "out", "masked_m", "expected_m"),
+             malformed=(("masked-fp8-out-sfd-row-major", lambda d: d.__setitem__("out", (d["out"][0],
+                                                                                        d["out"][1].contiguous())),
+                         ValueError, "d[1] (SFD)", False),
+                        ("masked-fp8-out-d-groups", lambda d: d.__setitem__("out", (d["out"][0][:2],
+                                                                                   d["out"][1])),
+                         ValueError, "d[0] (D)", True),
+                        ("masked-fp8-out-masked-m-int64", lambda d: d.__setitem__("masked_m", d["masked_m"].long()),
+                         TypeError, "masked_m", True)),
              operator=False),
     GemmSpec("tf32_hc_prenorm_gemm", sample_hc_prenorm, build_hc_prenorm, dict(m=137, n=24, k=1000, splits=3), 2,
              arg_names=("a", "b", "out", "sqr_sum", "num_splits"),

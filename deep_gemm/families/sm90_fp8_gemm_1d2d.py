@@ -14,8 +14,8 @@ from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
 from ..scale_layout import get_tma_aligned_size
 from . import checks
-from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, DENSE, DENSE_FP8_OUT, GEMM_TYPES, MASKED, NO_HEAD_SPLITS, PSUM,
-                                  SKIP_HEAD_MID, HeadSplits)
+from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, DENSE, DENSE_FP8_OUT, GEMM_TYPES, MASKED, MASKED_FP8_OUT,
+                                  NO_HEAD_SPLITS, PSUM, SKIP_HEAD_MID, HeadSplits)
 from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, make_plan
 from .variant import Family
 
@@ -121,7 +121,7 @@ def warmup_precompile(variant: str, shape: dict, num_sms: int, arch: str) -> Non
     """The first-sight precompile of a dense or contiguous warm-up shape (`Family.precompile`); the kernels of the
     other variants depend on their rows per group, not on (n, k) alone (and head-split and FP8-output GEMMs have
     no first-sight precompile)."""
-    if variant in (SKIP_HEAD_MID.name, DENSE_FP8_OUT.name):
+    if variant in (SKIP_HEAD_MID.name, DENSE_FP8_OUT.name, MASKED_FP8_OUT.name):
         return
     kind = KernelType(variant)
     if not has_group_row_ends(kind):
@@ -177,7 +177,8 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     expected_m = m.
     Dense with `head_splits` (left, mid, right): out [m, n + n / (left + right) * mid] (its mid columns untouched).
     Dense with `fp8_out`: out [m, n] e4m3 (n % 16 == 0) and a sixth tensor, its scales SD [m, ceil(n/128)] float32
-    MN-major (stride(0) == 1)."""
+    MN-major (stride(0) == 1); masked with `fp8_out`: out [G, m_max, n] e4m3, SD [G, m_max, ceil(n/128)] MN-major
+    and TMA-aligned per group, then masked_m."""
     a, sa, b, sb, out = tensors[:5]
     k = a.shape[-1]
     kb = ceil_div(k, 128)
@@ -226,7 +227,8 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     params.u32("shape_m", shape_m)
     dense = kind == KernelType.NORMAL  # grouped_layout, num_groups, d, d_row_stride: unused by the dense GEMM
     stores_rows = not dense or cfg.cluster_k_splits > 1  # (but its cluster K splits store D with plain stores)
-    params.pointer("grouped_layout", 5 if len(tensors) > 5 and not fp8_out else None)
+    index_tensor = 6 if fp8_out else 5  # masked_m / m_indices / the psum ends follow D (and its scales)
+    params.pointer("grouped_layout", index_tensor if len(tensors) > index_tensor else None)
     params.u32("num_groups", 0 if dense else num_groups)
     params.pointer("d", 4 if stores_rows else None)
     params.u32("d_row_stride", out_row_stride if stores_rows else 0)
@@ -236,10 +238,13 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     for name, stride in zip(("sa_group_stride", "sa_row_stride", "sa_k_stride"), strides):
         params.u32(name, stride)
     params.pointer("d_sf", 5 if fp8_out else None)
-    params.u32("d_sf_stride", tensors[5].stride(1) if fp8_out else 0)
+    if fp8_out:  # SD's M stride (dense: any >= m; masked: the TMA-aligned m_max of every group's block)
+        params.u32("d_sf_stride", tensors[5].stride(1) if dense else get_tma_aligned_size(shape_m, 4))
+    else:
+        params.u32("d_sf_stride", 0)
     launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.cluster_size)
     # TMA operands need 16-byte aligned addresses; SB, the index tensor and a gathered SA are read as plain arrays.
-    align_masks = (15, 3 if kind == KernelType.BATCHED else 15, 15, 3, 15, 3)[:len(tensors)]
+    align_masks = (15, 3 if kind == KernelType.BATCHED else 15, 15, 3, 15, 3, 3)[:len(tensors)]
     return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors],
                      (4, 5) if fp8_out else (4,), (launch,))
 
@@ -253,6 +258,9 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
                                head_splits=(shape["left"], shape["mid"], shape["right"]))
     if variant == DENSE_FP8_OUT.name:
         return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.NORMAL, ms, fp8_out=True)
+    if variant == MASKED_FP8_OUT.name:
+        return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.M_GROUPED_MASKED, ms,
+                               shape["num_groups"], fp8_out=True)
     kind = KernelType(variant)
     groups = shape.get("num_groups", shape.get("num_batches", 1))
     return runtime_kernels(shape["n"], shape["k"], num_sms, arch, kind, ms, groups,
@@ -260,5 +268,5 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
 
 
 FAMILY = Family(FAMILY_NAME, HEADER, FUNCTION, PARAMS, ("sm_90a",), (DENSE, CONTIGUOUS, MASKED, PSUM, BMM,
-                                                                     SKIP_HEAD_MID, DENSE_FP8_OUT),
+                                                                     SKIP_HEAD_MID, DENSE_FP8_OUT, MASKED_FP8_OUT),
                 build_plan, clear_kernels, call_kernel, warmup_kernels, warmup_precompile)

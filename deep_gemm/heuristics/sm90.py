@@ -204,8 +204,10 @@ def _masked_samples(expected_m: int) -> Tuple[int, ...]:
                  for i in range(_MASKED_SAMPLES))
 
 
-def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[int, int, int]:
-    """(block_m, block_n, waves) for a masked GEMM with expected_m = m rows per group."""
+def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int,
+                        fp8_out: bool = False) -> Tuple[int, int, int]:
+    """(block_m, block_n, waves) for a masked GEMM with expected_m = m rows per group (block_n a multiple of
+    FP8_OUT_GROUP with `fp8_out`)."""
     samples = _masked_samples(m)
     m_hi = max(samples)
     if m <= 128:
@@ -222,7 +224,7 @@ def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[
         bm = 64 if m_hi <= 64 else 128
         best_key, best = None, None
         for bn in BLOCK_NS:
-            if not _legal_block(bm, bn) or straddle_cases(bn) != 1:
+            if not _legal_block(bm, bn) or straddle_cases(bn) != 1 or (fp8_out and bn % FP8_OUT_GROUP):
                 continue
             waves = num_waves(groups * ceil_div(n, bn), sms)
             key = (waves * (bm + bn), bn)
@@ -241,7 +243,8 @@ def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int) -> Tuple[
         blocks = [ceil_div(s, bm) for s in samples]
         others = (groups - 1) * sum(blocks) / len(blocks)
         for bn in BLOCK_NS:
-            if not _legal_block(bm, bn) or straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES:
+            if not _legal_block(bm, bn) or straddle_cases(bn) > MAX_STATIC_STRADDLE_CASES or \
+                    (fp8_out and bn % FP8_OUT_GROUP):
                 continue
             waves = [num_waves(math.ceil((b + others) * ceil_div(n, bn)), sms) for b in blocks]
             key = (sum(waves) * kblock_cycles(bm, bn), groups * ceil_div(m, bm) * ceil_div(n, bn))
@@ -347,7 +350,7 @@ def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.N
     if kind == KernelType.BATCHED:
         bm, bn, _ = _pick_batched_blocks(m, n, k, sms, groups)
     elif masked:
-        bm, bn, _ = _pick_masked_blocks(m, n, k, sms, groups)
+        bm, bn, _ = _pick_masked_blocks(m, n, k, sms, groups, fp8_out)
     else:
         bm, bn, _ = _pick_blocks(m, n, k, sms, kind, n_segment, fp8_out)
     num_multicast, on_a = _multicast(GemmProblem(m, n, k, sms, kernel_type=kind, num_groups=groups), bm, bn, sms)

@@ -255,3 +255,21 @@ def test_fp8_out_kernel_refuses_tiles_across_scale_groups():
     narrow = hand_config(4096, 4096, 7168, 128, 64, 1, True)
     with pytest.raises(CompileError, match="whole 128-column scale groups"):
         NVRTCCompiler().compile(kernel_source(4096, 7168, narrow, KernelType.NORMAL, fp8_out=True).code(), ARCH)
+
+
+@pytest.mark.parametrize("expected_m", [4, 200])
+def test_masked_fp8_out_kernel_compiles_without_spills(expected_m):
+    """m_grouped_fp8_gemm_nt_masked_fp8_out's kernel: 128-wide tiles (64 and 256 rows), its partial last blocks
+    copied by the warpgroup; no spills."""
+    from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_config
+    from deep_gemm.heuristics import KernelType
+    kind = KernelType.M_GROUPED_MASKED
+    config = kernel_config(expected_m, 4096, 7168, 132, ARCH, kind, 8, fp8_out=True)
+    assert config.block_n == 128, config
+    source = kernel_source(4096, 7168, config, kind, fp8_out=True)
+    result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True, ptxas_verbose=True)
+    check_cubin(result.cubin)
+    check_ptx(result.ptx, config)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in result.ptx
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), result.log

@@ -175,6 +175,24 @@ struct FP8RowScaleEpilogue {
         }
     }
 
+    // The same 64 rows copied by the 128 threads of a warpgroup with 16-byte stores, tile rows >= `valid_rows` and
+    // columns >= `shape_n` (a multiple of 16) skipped (as BF16Epilogue::copy_rows: a masked group's last block).
+    __device__ __forceinline__ static void copy_rows(const uint8_t* smem_d, uint32_t row0, uint32_t valid_rows,
+                                                     uint8_t* d, uint32_t row_stride, uint32_t m_start,
+                                                     uint32_t n_start, uint32_t shape_n, uint32_t thread) {
+        constexpr uint32_t kNumChunks = BLOCK_N / 16;
+        #pragma unroll 1
+        for (uint32_t i = thread; i < 64 * kNumChunks; i += 128) {
+            const uint32_t row = row0 + i / kNumChunks;
+            const uint32_t chunk = i % kNumChunks;
+            const uint32_t col = n_start + chunk * 16;
+            if (row < valid_rows and col < shape_n) {
+                copy_16b_shared_to_global(d + static_cast<uint64_t>(m_start + row) * row_stride + col,
+                                          smem_d + swizzled_offset<kRowBytes, 128, kAtomBytes>(row, chunk * 16));
+            }
+        }
+    }
+
     // Issue the TMA stores of the 64 tile rows starting at `row0` (one thread; as BF16Epilogue::store_rows). The D
     // tensor map is over the e4m3 bytes with box 128 x 64 and the 128-byte swizzle.
     __device__ __forceinline__ static void store_rows(const TmaDescriptor* tensor_map_d, const uint8_t* smem_d,

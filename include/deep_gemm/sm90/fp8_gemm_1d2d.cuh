@@ -4,7 +4,7 @@
 // and 128x128 RHS scales (2D). Composed in the sm90 kernel shell (kernel_shell.cuh: persistent, one TMA producer
 // warpgroup, one or two WGMMA math warpgroups); what is this kernel's own: the scales (SA per stage, SB per tile from
 // global memory), the K loop, in which FP32 partial sums of every 128-wide K block are scaled and promoted into FP32
-// registers, and the BF16 epilogue (or, dense, an e4m3 one with per-row 1 x 128 scales: Config::kFP8Out).
+// registers, and the BF16 epilogue (or, dense and masked, an e4m3 one with per-row 1 x 128 scales: kFP8Out).
 // One kernel family for the dense GEMM and the two MoE grouped layouts (see GemmType in common/scheduler.cuh):
 // the grouped types differ only in how tiles map to rows of A/D, to an expert's B/SB, and in what the epilogue
 // may write.
@@ -104,19 +104,31 @@ struct FP8GemmOutput {
         // (store_tile_sb) to the whole warpgroup, and skipping it gave masked GEMMs stale scales (GPU suite: NaN and
         // non-deterministic results).
         if constexpr (Config::kFP8Out) {
-            // Dense only (static_assert in the kernel): the scales of rows past shape_m are not stored, their D
-            // rows are clipped by the TMA store.
-            const uint32_t valid_rows = shape_m - tile.row_base;
+            // Dense or masked (static_assert in the kernel). Rows whose scales are stored: dense, those below
+            // shape_m (the TMA store clips D's); masked, those below the group's masked_m (valid_rows), whose last,
+            // partial block the warpgroup copies itself. SFD is MN-major per group (masked: [G, m_max, ceil(n/128)]
+            // as get_mn_major_tma_aligned_tensor lays it out, group g's column group c at (g * groups + c) *
+            // d_sf_stride).
+            constexpr bool kMasked = kGemmType == GemmType::MGroupedMasked;
+            constexpr uint32_t kColumnGroups = ceil_div(SHAPE_N, FP8Epilogue::kGroup);
+            const uint32_t group_row0 = kMasked ? tile.group * shape_m : 0u;  // D row of the group's row 0
+            const uint32_t valid_rows = kMasked ? tile.valid_rows : shape_m - tile.row_base;
+            const uint32_t first_group = (kMasked ? tile.group * kColumnGroups : 0u) + n_start / FP8Epilogue::kGroup;
             wg.store_tile(
                 [&] {
                     #pragma unroll
                     for (uint32_t s = 0; s < kNumSubTiles; ++s)
                         FP8Epilogue::write_warp(smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row,
-                                                wg.lane_idx, d_sf, d_sf_stride, n_start / FP8Epilogue::kGroup,
-                                                tile.row_base, valid_rows);
+                                                wg.lane_idx, d_sf, d_sf_stride, first_group,
+                                                tile.row_base - group_row0, valid_rows);
                 },
                 [&](bool is_leader) {
-                    if (is_leader) {
+                    if (kMasked and valid_rows < BLOCK_M) {
+                        #pragma unroll
+                        for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                            FP8Epilogue::copy_rows(smem_d, wg.sub_tile_row(s), valid_rows, d, d_row_stride,
+                                                   tile.row_base, n_start, SHAPE_N, wg.wg_thread);
+                    } else if (is_leader) {
                         #pragma unroll
                         for (uint32_t s = 0; s < kNumSubTiles; ++s)
                             FP8Epilogue::store_rows(tensor_map_d, smem_d, wg.sub_tile_row(s), tile.row_base, n_start);
@@ -178,9 +190,10 @@ struct FP8GemmOutput {
 // rows the epilogue does not write), kOneMBlock (batched GEMMs with m <= BLOCK_M: one M block per batch, a tile walk without run-time
 // divisions; TileScheduler), kClusterSplitsK (1, or 2-8 CTAs of a cluster cutting a dense tile's K; the launch's
 // cluster size), kHeadSplitLeft / kHeadSplitMid / kHeadSplitRight (0, or a dense GEMM's head splits:
-// FP8GemmOutput::d_column; D is [m, n + n / (left + right) * mid]), kFP8Out (a dense GEMM whose D is e4m3 with one
-// FP32 scale per row and 128 columns, computed in the epilogue: FP8RowScaleEpilogue; `tensor_map_d` is then over
-// D's bytes with box 128 x 64 and the 128-byte swizzle, and `d_sf` / `d_sf_stride` address the MN-major scales).
+// FP8GemmOutput::d_column; D is [m, n + n / (left + right) * mid]), kFP8Out (a dense or masked GEMM whose D is e4m3
+// with one FP32 scale per row and 128 columns, computed in the epilogue: FP8RowScaleEpilogue; `tensor_map_d` is then
+// over D's bytes with box 128 x 64 and the 128-byte swizzle, and `d_sf` / `d_sf_stride` address the MN-major
+// scales).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
@@ -203,7 +216,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                    const uint32_t sa_group_stride,      // (elements; the group stride is 0 where rows are
                    const uint32_t sa_row_stride,        // numbered across groups: dense, contiguous, psum)
                    const uint32_t sa_k_stride,
-                   float* __restrict__ d_sf,             // kFP8Out: D's scales [ceil(n/128), m'] MN-major
+                   float* __restrict__ d_sf,             // kFP8Out: D's scales, MN-major (per group if masked)
                    const uint32_t d_sf_stride) {
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape and the composition: FP8 operands, per-128-K promotion, BF16 epilogue ----
@@ -260,10 +273,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                           Config::kHeadSplitRight % BLOCK_N == 0 and SHAPE_N % (Config::kHeadSplitLeft +
                                                                              Config::kHeadSplitRight) == 0),
                      "head splits: a dense GEMM stored by TMA whose tiles lie inside one head part");
-    DG_STATIC_ASSERT(not Config::kFP8Out or (kGemmType == GemmType::Normal and not kSplitsInCluster and
+    DG_STATIC_ASSERT(not Config::kFP8Out or ((kGemmType == GemmType::Normal or
+                                              kGemmType == GemmType::MGroupedMasked) and not kSplitsInCluster and
                                              Config::kHeadSplitLeft + Config::kHeadSplitRight == 0 and
                                              BLOCK_N % 128 == 0),
-                     "FP8 output: a dense GEMM stored by TMA whose tiles hold whole 128-column scale groups");
+                     "FP8 output: a dense or masked GEMM stored by TMA whose tiles hold whole 128-column scale groups");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and kNumMulticast == 1 and
                                               kNumKBlocks % kClusterSplits == 0),
                      "cluster K splits: dense GEMMs without multicast, the split count dividing the K blocks");
