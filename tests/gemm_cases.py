@@ -1170,6 +1170,35 @@ def build_fp8_out(p: dict, device, seed: int) -> Case:
                 dict(ref=ref, simulate=simulate))
 
 
+def sample_contiguous_fp8_out(rng: random.Random) -> dict:
+    p = sample_contiguous(rng)
+    p["n"] = rng.choice([16, 2048, 4096, 7168, 16 * rng.randint(1, 300)])
+    return p
+
+
+def build_contiguous_fp8_out(p: dict, device, seed: int) -> Case:
+    """The contiguous GEMM with d = (D [M, n] e4m3, SFD [M, ceil(n/128)] MN-major): every row checked by
+    `check_fp8_out` against the cast of the FP32 product (padding rows: zeros, the floor scale)."""
+    sizes, n, k = p["sizes"], p["n"], p["k"]
+    lhs, rhs, m_indices, ref, _ = contiguous_inputs(sizes, n, k, _gen(device, seed), device)
+    m = m_indices.numel()
+    g = Guarded((m, n), FP8, device, guard=16)
+    sfd, sfd_store = fp8_out_scales((), m, n, device)
+
+    def checker(case: Case) -> None:
+        assert not bool(case.guarded.untouched().any()), f"{case.desc}: rows left unwritten"
+        check_fp8_out(case.out, sfd, ref, case.desc)
+        assert bool(torch.isnan(sfd_store[:, m:]).all()), f"{case.desc}: SFD's padding rows were written"
+
+    def simulate() -> None:
+        ref_d, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(ref)
+        g.out.copy_(ref_d)
+        sfd.copy_(ref_sf)
+
+    return Case("m_grouped_fp8_gemm_nt_contiguous_fp8_out", f"contiguous fp8 out sizes={sizes} n={n} k={k}",
+                (lhs, rhs, (g.out, sfd), m_indices), g, checker, dict(ref=ref, simulate=simulate))
+
+
 def sample_masked_fp8_out(rng: random.Random) -> dict:
     p = sample_masked(rng)
     p["n"] = rng.choice([16, 2048, 4096, 7168, 16 * rng.randint(1, 300)])
@@ -1298,6 +1327,14 @@ SPECS += [
                         ("fp8-out-d-bf16", lambda d: d.__setitem__("out", (d["out"][0].view(torch.int8).to(
                             torch.bfloat16), d["out"][1])), TypeError, "d[0] (D)", True),
                         ("fp8-out-not-a-pair", lambda d: d.__setitem__("out", d["out"][:1]), TypeError, "d", True)),
+             operator=False),
+    GemmSpec("m_grouped_fp8_gemm_nt_contiguous_fp8_out", sample_contiguous_fp8_out, build_contiguous_fp8_out,
+             dict(sizes=[100, 0, 300, 1], n=400, k=576), 2,
+             arg_names=("lhs", "rhs", "out", "m_indices"),
+             malformed=(("contiguous-fp8-out-sfd-row-major", lambda d: d.__setitem__("out", (
+                 d["out"][0], d["out"][1].contiguous())), ValueError, "d[1] (SFD)", False),
+                        ("contiguous-fp8-out-index-rows", lambda d: d.__setitem__("m_indices", d["m_indices"][:-1]),
+                         ValueError, "m_indices", True)),
              operator=False),
     GemmSpec("m_grouped_fp8_gemm_nt_masked_fp8_out", sample_masked_fp8_out, build_masked_fp8_out,
              dict(groups=3, m_max=70, n=272, k=200, masked=[70, 0, 33], expected_m=40), 2,

@@ -23,7 +23,7 @@ _NAMES_1D2D = ("lhs[0] (A)", "lhs[1] (SA)", "rhs[0] (B)", "rhs[1] (SB)", "out")
 HeadSplits = Tuple[int, int, int]
 NO_HEAD_SPLITS: HeadSplits = (0, 0, 0)
 _NAMES_SKIP_HEAD_MID = ("a[0] (A)", "a[1] (SA)", "b[0] (B)", "b[1] (SB)", "d")  # DeepGEMM's argument names
-_NAMES_FP8_OUT = ("a[0] (A)", "a[1] (SFA)", "b[0] (B)", "b[1] (SFB)", "d[0] (D)", "d[1] (SFD)", "masked_m")
+_NAMES_FP8_OUT = ("a[0] (A)", "a[1] (SFA)", "b[0] (B)", "b[1] (SFB)", "d[0] (D)", "d[1] (SFD)")
 # The 1d2d kernels' template parameter of each kind (deep_gemm::GemmType, include/deep_gemm/common/scheduler.cuh).
 GEMM_TYPES = {
     KernelType.NORMAL: CppName("deep_gemm::GemmType::Normal"),
@@ -51,7 +51,7 @@ class GemmLayout:
     arch: str
     psum_alignment: int = 0      # psum layout: row alignment of the experts' starts
     head_splits: HeadSplits = NO_HEAD_SPLITS
-    fp8_out: bool = False        # dense / masked, d = (e4m3 D, its MN-major 1 x 128 scales SFD): out is that pair
+    fp8_out: bool = False        # d = (e4m3 D, its MN-major 1 x 128 scales SFD): out is that pair
     plans: dict = field(default_factory=dict)
     family: Optional[Family] = None  # bound by the runtime for a layout that launches
 
@@ -101,18 +101,18 @@ class GemmLayout:
         return plan if (sa_k is sa and sb_k is sb and target is out) else None
 
     def _run_fp8_out(self, tensors):
-        """`run` of a dense or masked GEMM with an FP8 d: tensors (A, SA, B, SB, D, SFD[, masked_m]); D and SFD
-        both written, no conversion of D (n % 16 == 0)."""
+        """`run` of a GEMM with an FP8 d: tensors (A, SA, B, SB, D, SFD[, m_indices / masked_m]); D and SFD both
+        written, no conversion of D (n % 16 == 0)."""
         if self.action == "none":
             return noop_plan(self.device.index, len(tensors), self.extents, (4, 5))
         ptrs = [t.data_ptr() for t in tensors]
+        names = _NAMES_FP8_OUT + ((_INDEX_NAMES[self.kind],) if len(tensors) > 6 else ())
         if (ptrs[0] | ptrs[2] | ptrs[4]) & 15:
             for i in (0, 2, 4):
-                checks.check_tma_matrix(checks.rows_view(tensors[i], _NAMES_FP8_OUT[i]), _NAMES_FP8_OUT[i])
+                checks.check_tma_matrix(checks.rows_view(tensors[i], names[i]), names[i])
         for i in (4, 5):
-            checks.check_no_overlap_ptrs(_NAMES_FP8_OUT[i], ptrs[i], self.extents[i],
-                                         [(_NAMES_FP8_OUT[j], ptrs[j], self.extents[j])
-                                          for j in range(len(tensors)) if j != i])
+            checks.check_no_overlap_ptrs(names[i], ptrs[i], self.extents[i],
+                                         [(names[j], ptrs[j], self.extents[j]) for j in range(len(tensors)) if j != i])
         a, sa, b, sb = tensors[:4]
         sa_k, sb_k = checks.tma_ready_scales(sa, sb, self.sa_ready, self.sb_contiguous)
         plan = self._launch((a, sa_k, b, sb_k) + tuple(tensors[4:]))
@@ -255,9 +255,9 @@ def normalise_masked_fp8_out(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     checks.check_shape(d, names[4], (num_groups, m_max, n), "G x m_max x n")
     checks.check_shape(sa, names[1], (num_groups, m_max, ceil_div(k, 128)), "G x m_max x ceil(k/128)")
     checks.check_shape(sd, names[5], (num_groups, m_max, ceil_div(n, 128)), "G x m_max x ceil(n/128)")
-    checks.check_index_tensor(masked_m, names[6], (num_groups,), "G")
+    checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
     expected_m = checks.host_int(expected_m, "expected_m")
-    named = list(zip(names, (a, sa, b, sb, d, sd, masked_m)))
+    named = list(zip(names + ("masked_m",), (a, sa, b, sb, d, sd, masked_m)))
     device = checks.check_same_cuda_device(named)
     kind = KernelType.M_GROUPED_MASKED
     hint = min(max(int(expected_m), 1), max(m_max, 1))
@@ -277,6 +277,53 @@ def normalise_masked_fp8_out(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     _check_operand(a, names[0])
     _check_operand(b, names[2])
     return _layout(kind, "launch", device, sa, sb, named, expected_m=hint, fp8_out=True)
+
+
+def normalise_contiguous_fp8_out(lhs, rhs, out, m_indices) -> GemmLayout:
+    """Every layout check of the contiguous GEMM with an FP8 d (`m_grouped_fp8_gemm_nt_contiguous_fp8_out`): as the
+    contiguous GEMM's (experts' rows stacked, m_indices [M], -1 for padding rows), with d = (D [M, n] e4m3, n % 16 ==
+    0, SFD [M, ceil(n/128)] float32 MN-major: stride(0) == 1, stride(1) >= M), k > 0. Padding rows get zeros and the
+    floor scale (1e-4 / 448), as the cast of the BF16 output's zeros."""
+    names = _NAMES_FP8_OUT
+    a, sa = checks.unpack_pair(lhs, "a")
+    d, sd = checks.unpack_pair(out, "d")
+    checks.check_tensor(a, names[0], torch.float8_e4m3fn, 2)
+    checks.check_tensor(sa, names[1], torch.float32, 2)
+    m, k = a.shape
+    b, sb = checks.unpack_pair(rhs, "b")
+    checks.check_tensor(b, names[2], torch.float8_e4m3fn, 3)
+    checks.check_tensor(sb, names[3], torch.float32, 3)
+    num_groups, n, k_b = b.shape
+    if k_b != k:
+        raise ValueError(f"{names[2]} must have shape (G, n, {k}) to match A's k={k}, got {tuple(b.shape)}")
+    checks.check_shape(sb, names[3], (num_groups, ceil_div(n, 128), ceil_div(k, 128)), "G x ceil(n/128) x ceil(k/128)")
+    checks.check_shape(sa, names[1], (m, ceil_div(k, 128)), "M x ceil(k/128)")
+    checks.check_tensor(d, names[4], torch.float8_e4m3fn, 2)
+    checks.check_tensor(sd, names[5], torch.float32, 2)
+    checks.check_shape(d, names[4], (m, n), "M x n")
+    checks.check_shape(sd, names[5], (m, ceil_div(n, 128)), "M x ceil(n/128)")
+    checks.check_index_tensor(m_indices, "m_indices", (m,), "M")
+    named = list(zip(names + ("m_indices",), (a, sa, b, sb, d, sd, m_indices)))
+    device = checks.check_same_cuda_device(named)
+    kind = KernelType.M_GROUPED_CONTIGUOUS
+    if m == 0 or n == 0:
+        return _layout(kind, "none", device, sa, sb, named, fp8_out=True)
+    if n % 16:
+        raise ValueError(f"{names[4]}: n must be a multiple of 16 for an FP8 d on SM90 (whole 16-byte chunks), "
+                         f"got n = {n}")
+    if m > 1 and (sd.stride(0) != 1 or sd.stride(1) < m):
+        raise ValueError(f"{names[5]} must be MN-major (stride(0) == 1, stride(1) >= M), as "
+                         f"per_token_cast_to_fp8(x, mn_major_sf=True) returns it; got strides {sd.stride()}")
+    if sd.stride(1) >= 1 << 32:
+        raise ValueError(f"{names[5]}: stride(1) must be below 2^32, got {sd.stride(1)}")
+    if k == 0 or num_groups == 0:
+        raise ValueError("k and the group count must be > 0 for an FP8 d")
+    checks.check_tma_matrix(d, names[4])
+    for i in (4, 5):
+        checks.check_no_overlap(named[i][1], names[i], [named[j] for j in range(7) if j != i])
+    _check_operand(a, names[0])
+    _check_operand(b, names[2])
+    return _layout(kind, "launch", device, sa, sb, named, fp8_out=True)
 
 
 # Head parts of fp8_gemm_nt_skip_head_mid: left and right whole 16-column runs (a tile of a divisor of both lies
@@ -498,5 +545,8 @@ SKIP_HEAD_MID = Variant("skip_head_mid", "fp8_gemm_nt_skip_head_mid", (PAIR, PAI
                         normalise_skip_head_mid, warmup_fields=("n", "k", "left", "mid", "right"))
 DENSE_FP8_OUT = Variant("dense_fp8_out", "fp8_gemm_nt_fp8_out", (PAIR, PAIR, PAIR), normalise_dense_fp8_out,
                         warmup_fields=("n", "k"))
+CONTIGUOUS_FP8_OUT = Variant("contiguous_fp8_out", "m_grouped_fp8_gemm_nt_contiguous_fp8_out",
+                             (PAIR, PAIR, PAIR, TENSOR), normalise_contiguous_fp8_out,
+                             warmup_fields=("n", "k", "num_groups"))
 MASKED_FP8_OUT = Variant("masked_fp8_out", "m_grouped_fp8_gemm_nt_masked_fp8_out", (PAIR, PAIR, PAIR, TENSOR, INT),
                          normalise_masked_fp8_out, warmup_fields=("n", "k", "num_groups", "expected_m"))

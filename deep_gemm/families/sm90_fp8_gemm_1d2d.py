@@ -14,8 +14,8 @@ from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
 from ..scale_layout import get_tma_aligned_size
 from . import checks
-from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, DENSE, DENSE_FP8_OUT, GEMM_TYPES, MASKED, MASKED_FP8_OUT,
-                                  NO_HEAD_SPLITS, PSUM, SKIP_HEAD_MID, HeadSplits)
+from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, CONTIGUOUS_FP8_OUT, DENSE, DENSE_FP8_OUT, GEMM_TYPES, MASKED,
+                                  MASKED_FP8_OUT, NO_HEAD_SPLITS, PSUM, SKIP_HEAD_MID, HeadSplits)
 from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, make_plan
 from .variant import Family
 
@@ -121,7 +121,7 @@ def warmup_precompile(variant: str, shape: dict, num_sms: int, arch: str) -> Non
     """The first-sight precompile of a dense or contiguous warm-up shape (`Family.precompile`); the kernels of the
     other variants depend on their rows per group, not on (n, k) alone (and head-split and FP8-output GEMMs have
     no first-sight precompile)."""
-    if variant in (SKIP_HEAD_MID.name, DENSE_FP8_OUT.name, MASKED_FP8_OUT.name):
+    if variant in (SKIP_HEAD_MID.name, DENSE_FP8_OUT.name, CONTIGUOUS_FP8_OUT.name, MASKED_FP8_OUT.name):
         return
     kind = KernelType(variant)
     if not has_group_row_ends(kind):
@@ -176,9 +176,9 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     Batched: A [B, m, k], SA [B, m, kb] at any strides (gathered by the kernel), B / SB as grouped, out [B, m, n];
     expected_m = m.
     Dense with `head_splits` (left, mid, right): out [m, n + n / (left + right) * mid] (its mid columns untouched).
-    Dense with `fp8_out`: out [m, n] e4m3 (n % 16 == 0) and a sixth tensor, its scales SD [m, ceil(n/128)] float32
-    MN-major (stride(0) == 1); masked with `fp8_out`: out [G, m_max, n] e4m3, SD [G, m_max, ceil(n/128)] MN-major
-    and TMA-aligned per group, then masked_m."""
+    Dense or contiguous with `fp8_out`: out [m, n] e4m3 (n % 16 == 0) and a sixth tensor, its scales SD [m,
+    ceil(n/128)] float32 MN-major (stride(0) == 1), then (contiguous) m_indices; masked with `fp8_out`: out [G, m_max,
+    n] e4m3, SD [G, m_max, ceil(n/128)] MN-major and TMA-aligned per group, then masked_m."""
     a, sa, b, sb, out = tensors[:5]
     k = a.shape[-1]
     kb = ceil_div(k, 128)
@@ -238,8 +238,9 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     for name, stride in zip(("sa_group_stride", "sa_row_stride", "sa_k_stride"), strides):
         params.u32(name, stride)
     params.pointer("d_sf", 5 if fp8_out else None)
-    if fp8_out:  # SD's M stride (dense: any >= m; masked: the TMA-aligned m_max of every group's block)
-        params.u32("d_sf_stride", tensors[5].stride(1) if dense else get_tma_aligned_size(shape_m, 4))
+    if fp8_out:  # SD's M stride (dense, contiguous: any >= m; masked: the TMA-aligned m_max of each group's block)
+        masked = kind == KernelType.M_GROUPED_MASKED
+        params.u32("d_sf_stride", get_tma_aligned_size(shape_m, 4) if masked else tensors[5].stride(1))
     else:
         params.u32("d_sf_stride", 0)
     launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.cluster_size)
@@ -258,6 +259,9 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
                                head_splits=(shape["left"], shape["mid"], shape["right"]))
     if variant == DENSE_FP8_OUT.name:
         return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.NORMAL, ms, fp8_out=True)
+    if variant == CONTIGUOUS_FP8_OUT.name:
+        return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.M_GROUPED_CONTIGUOUS, ms,
+                               fp8_out=True)
     if variant == MASKED_FP8_OUT.name:
         return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.M_GROUPED_MASKED, ms,
                                shape["num_groups"], fp8_out=True)
@@ -268,5 +272,6 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
 
 
 FAMILY = Family(FAMILY_NAME, HEADER, FUNCTION, PARAMS, ("sm_90a",), (DENSE, CONTIGUOUS, MASKED, PSUM, BMM,
-                                                                     SKIP_HEAD_MID, DENSE_FP8_OUT, MASKED_FP8_OUT),
+                                                                     SKIP_HEAD_MID, DENSE_FP8_OUT,
+                                                                     CONTIGUOUS_FP8_OUT, MASKED_FP8_OUT),
                 build_plan, clear_kernels, call_kernel, warmup_kernels, warmup_precompile)

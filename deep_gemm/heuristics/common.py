@@ -57,8 +57,8 @@ class GemmProblem:
     # > 0: every tile's columns must lie inside one run of this many (BLOCK_N divides it): a dense GEMM whose
     # output columns are remapped in runs (fp8_gemm_nt_skip_head_mid's head parts).
     n_segment: int = 0
-    # A dense or masked GEMM whose epilogue writes e4m3 with one scale per row and 128 columns (FP8 output): every
-    # tile holds whole 128-column groups (BLOCK_N a multiple of 128).
+    # A dense, contiguous or masked GEMM whose epilogue writes e4m3 with one scale per row and 128 columns (FP8
+    # output): every tile holds whole 128-column groups (BLOCK_N a multiple of 128).
     fp8_out: bool = False
 
     def __post_init__(self):
@@ -71,9 +71,9 @@ class GemmProblem:
             raise ValueError(f"GemmProblem.num_groups must be positive (1 for a dense GEMM), got {self.num_groups}")
         if self.n_segment < 0 or (self.n_segment and (self.kernel_type != KernelType.NORMAL or self.n_segment % 16)):
             raise ValueError(f"GemmProblem.n_segment must be 0 or a multiple of 16 (dense), got {self.n_segment}")
-        if self.fp8_out and (self.kernel_type not in (KernelType.NORMAL, KernelType.M_GROUPED_MASKED) or
-                             self.n_segment):
-            raise ValueError("GemmProblem.fp8_out is a dense or masked GEMM's, without head splits")
+        if self.fp8_out and (self.kernel_type not in (KernelType.NORMAL, KernelType.M_GROUPED_CONTIGUOUS,
+                                                      KernelType.M_GROUPED_MASKED) or self.n_segment):
+            raise ValueError("GemmProblem.fp8_out is a dense, contiguous or masked GEMM's, without head splits")
 
 
 @dataclass(frozen=True)

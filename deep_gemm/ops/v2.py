@@ -35,7 +35,7 @@ from .grouped import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_f
 from .wgrad import k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32_nt
 
 __all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gemm_tt", "fp8_gemm_nt_fp8_out",
-           "m_grouped_fp8_gemm_nt_masked_fp8_out",
+           "m_grouped_fp8_gemm_nt_contiguous_fp8_out", "m_grouped_fp8_gemm_nt_masked_fp8_out",
            "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
            "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nn_contiguous",
            "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nn_contiguous",
@@ -44,7 +44,8 @@ __all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gem
            "cublaslt_gemm_nt", "cublaslt_gemm_nn", "cublaslt_gemm_tn", "cublaslt_gemm_tt"]
 
 _PSUM = int(Op.PSUM)
-_DENSE_FP8_OUT, _MASKED_FP8_OUT = int(Op.DENSE_FP8_OUT), int(Op.MASKED_FP8_OUT)
+_DENSE_FP8_OUT, _CONTIGUOUS_FP8_OUT, _MASKED_FP8_OUT = (int(Op.DENSE_FP8_OUT), int(Op.CONTIGUOUS_FP8_OUT),
+                                                       int(Op.MASKED_FP8_OUT))
 # The variant of a v2 call on sm_100, by scale path (`scale_path`): the exact FP32 scales run the May-2025 names'
 # variants, UE8M0 its own.
 _DENSE = {"fp32": int(Op.DENSE), "ue8m0": int(Op.DENSE_UE8M0)}
@@ -192,6 +193,15 @@ def fp8_gemm_nt_fp8_out(a, b, d) -> None:
     Asynchronous, CUDA-graph safe; SFD's padding rows (m up to its stride) are not written."""
     call(_DENSE_FP8_OUT, tuple(a) if isinstance(a, list) else a, tuple(b) if isinstance(b, list) else b,
          tuple(d) if isinstance(d, list) else d)
+
+
+def m_grouped_fp8_gemm_nt_contiguous_fp8_out(a, b, d, m_indices: torch.Tensor) -> None:
+    """The contiguous MoE GEMM (as `m_grouped_fp8_gemm_nt_contiguous` with m_indices [M] int32, -1 for padding rows)
+    quantising its output in the epilogue as `fp8_gemm_nt_fp8_out` does (sm_90a; not a DeepGEMM v2.6.1 name): d = (D
+    [M, n] float8_e4m3fn with n % 16 == 0, SFD [M, ceil(n/128)] float32 MN-major), k > 0; padding rows get zeros and
+    the floor scale 1e-4 / 448. (D, SFD) is the next contiguous GEMM's `a` as it is."""
+    call(_CONTIGUOUS_FP8_OUT, tuple(a) if isinstance(a, list) else a, tuple(b) if isinstance(b, list) else b,
+         tuple(d) if isinstance(d, list) else d, m_indices)
 
 
 def m_grouped_fp8_gemm_nt_masked_fp8_out(a, b, d, masked_m: torch.Tensor, expected_m: int) -> None:

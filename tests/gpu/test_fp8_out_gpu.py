@@ -1,17 +1,18 @@
-"""GPU correctness of `fp8_gemm_nt_fp8_out` and `m_grouped_fp8_gemm_nt_masked_fp8_out` (the dense and masked FP8
-GEMMs whose epilogue writes e4m3 with per-row 1 x 128 scales): against `per_token_cast_to_fp8` of the dequantised FP32 product (tests/gemm_cases.py's builder: values within one
+"""GPU correctness of `fp8_gemm_nt_fp8_out`, `m_grouped_fp8_gemm_nt_contiguous_fp8_out` and
+`m_grouped_fp8_gemm_nt_masked_fp8_out` (the FP8 GEMMs whose epilogue writes e4m3 with per-row 1 x 128 scales): against `per_token_cast_to_fp8` of the dequantised FP32 product (tests/gemm_cases.py's builder: values within one
 e4m3 step plus the FP8 GEMM's own rounding, scales within 2e-3, poisoned D and guard bands, SFD's padding rows
 untouched) over ragged
 m, n and k; bitwise reruns; huge products (saturation, no inf / NaN scales) and all-zero rows; a CUDA graph; and the
 (D, SFD) pair fed to the next FP8 GEMM as its `a` with no conversion (dense, and masked as an MoE expert's gate/up
-then down projections); masked rows >= masked_m untouched in D and SFD. Skipped without sm_90."""
+then down projections); contiguous padding rows zero with the floor scale; masked rows >= masked_m untouched in D
+and SFD. Skipped without sm_90."""
 import pytest
 import torch
 
 import deep_gemm
 from deep_gemm import runtime
 from deep_gemm.testing import calc_diff
-from gemm_cases import build_fp8_out, build_masked_fp8_out, dense_operands
+from gemm_cases import build_contiguous_fp8_out, build_fp8_out, build_masked_fp8_out, dense_operands
 
 pytestmark = pytest.mark.gpu
 
@@ -137,3 +138,11 @@ def test_masked_expert_mlp_without_conversions():
     torch.cuda.synchronize()
     rows = torch.arange(m_max, device="cuda").view(1, -1) < masked_m.view(-1, 1)
     assert calc_diff(y[rows].float(), y_ref[rows].float()) < 1e-3
+
+
+@pytest.mark.parametrize("sizes,n,k", [([100, 0, 300, 1], 4096, 7168), ([1000, 129], 2048, 2048),
+                                       ([5], 16, 200)])
+def test_contiguous_matches_the_cast_of_the_product(sizes, n, k):
+    case = build_contiguous_fp8_out(dict(sizes=sizes, n=n, k=k), torch.device("cuda"), len(sizes) + n)
+    case.run()
+    case.check()

@@ -257,14 +257,15 @@ def test_fp8_out_kernel_refuses_tiles_across_scale_groups():
         NVRTCCompiler().compile(kernel_source(4096, 7168, narrow, KernelType.NORMAL, fp8_out=True).code(), ARCH)
 
 
-@pytest.mark.parametrize("expected_m", [4, 200])
-def test_masked_fp8_out_kernel_compiles_without_spills(expected_m):
-    """m_grouped_fp8_gemm_nt_masked_fp8_out's kernel: 128-wide tiles (64 and 256 rows), its partial last blocks
-    copied by the warpgroup; no spills."""
+@pytest.mark.parametrize("kind_name,m", [("M_GROUPED_MASKED", 4), ("M_GROUPED_MASKED", 200),
+                                         ("M_GROUPED_CONTIGUOUS", 8192)])
+def test_grouped_fp8_out_kernels_compile_without_spills(kind_name, m):
+    """The masked and contiguous FP8-output kernels: 128-wide tiles (64, 128 and 256 rows), a masked group's partial
+    last block copied by the warpgroup, contiguous rows of other experts zeroed; no spills."""
     from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_config
     from deep_gemm.heuristics import KernelType
-    kind = KernelType.M_GROUPED_MASKED
-    config = kernel_config(expected_m, 4096, 7168, 132, ARCH, kind, 8, fp8_out=True)
+    kind = KernelType[kind_name]
+    config = kernel_config(m, 4096, 7168, 132, ARCH, kind, 8, fp8_out=True)
     assert config.block_n == 128, config
     source = kernel_source(4096, 7168, config, kind, fp8_out=True)
     result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True, ptxas_verbose=True)

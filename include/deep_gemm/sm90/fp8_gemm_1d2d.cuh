@@ -4,7 +4,7 @@
 // and 128x128 RHS scales (2D). Composed in the sm90 kernel shell (kernel_shell.cuh: persistent, one TMA producer
 // warpgroup, one or two WGMMA math warpgroups); what is this kernel's own: the scales (SA per stage, SB per tile from
 // global memory), the K loop, in which FP32 partial sums of every 128-wide K block are scaled and promoted into FP32
-// registers, and the BF16 epilogue (or, dense and masked, an e4m3 one with per-row 1 x 128 scales: kFP8Out).
+// registers, and the BF16 epilogue (or an e4m3 one with per-row 1 x 128 scales: kFP8Out).
 // One kernel family for the dense GEMM and the two MoE grouped layouts (see GemmType in common/scheduler.cuh):
 // the grouped types differ only in how tiles map to rows of A/D, to an expert's B/SB, and in what the epilogue
 // may write.
@@ -94,6 +94,19 @@ struct FP8GemmOutput {
         }
     }
 
+    // Contiguous: zero this thread's accumulators of rows that belong to another expert or to padding (a skip tile:
+    // all of them); the other kinds keep every row.
+    __device__ __forceinline__ static void zero_other_experts(const Tile& tile, float (&accum)[kNumAccum],
+                                                              const int32_t (&row_expert)[2]) {
+        if constexpr (kGemmType == GemmType::MGroupedContiguous) {
+            const auto group = static_cast<int32_t>(tile.group);
+            const bool row_ok[2] = {not tile.skip and row_expert[0] == group, not tile.skip and row_expert[1] == group};
+            #pragma unroll
+            for (uint32_t i = 0; i < kNumAccum; ++i)
+                accum[i] = row_ok[(i / 2) % 2] ? accum[i] : 0.0f;
+        }
+    }
+
     // Write the tile's final accumulators (per warpgroup; `smem_d` the shell's D tile; `n_start` = its first column).
     __device__ __forceinline__ void store(const Tile& tile, uint32_t n_start, const MathWarpgroup& wg, uint8_t* smem_d,
                                           float (&final_accum)[kNumSubTiles][kNumAccum],
@@ -104,23 +117,28 @@ struct FP8GemmOutput {
         // (store_tile_sb) to the whole warpgroup, and skipping it gave masked GEMMs stale scales (GPU suite: NaN and
         // non-deterministic results).
         if constexpr (Config::kFP8Out) {
-            // Dense or masked (static_assert in the kernel). Rows whose scales are stored: dense, those below
-            // shape_m (the TMA store clips D's); masked, those below the group's masked_m (valid_rows), whose last,
-            // partial block the warpgroup copies itself. SFD is MN-major per group (masked: [G, m_max, ceil(n/128)]
-            // as get_mn_major_tma_aligned_tensor lays it out, group g's column group c at (g * groups + c) *
-            // d_sf_stride).
+            // Dense, contiguous or masked (static_assert in the kernel). Rows whose scales are stored: dense and
+            // contiguous, those below shape_m (the TMA store clips D's; contiguous rows of another expert are
+            // zeros, with the floor scale, as the BF16 output's zeros); masked, those below the group's masked_m
+            // (valid_rows), whose last, partial block the warpgroup copies itself. SFD is MN-major (masked: per
+            // group, [G, m_max, ceil(n/128)] as get_mn_major_tma_aligned_tensor lays it out, group g's column
+            // group c at (g * groups + c) * d_sf_stride).
             constexpr bool kMasked = kGemmType == GemmType::MGroupedMasked;
             constexpr uint32_t kColumnGroups = ceil_div(SHAPE_N, FP8Epilogue::kGroup);
             const uint32_t group_row0 = kMasked ? tile.group * shape_m : 0u;  // D row of the group's row 0
-            const uint32_t valid_rows = kMasked ? tile.valid_rows : shape_m - tile.row_base;
+            // (A contiguous phantom M block lies past shape_m: no rows.)
+            const uint32_t valid_rows = kMasked ? tile.valid_rows
+                                                : (tile.row_base < shape_m ? shape_m - tile.row_base : 0u);
             const uint32_t first_group = (kMasked ? tile.group * kColumnGroups : 0u) + n_start / FP8Epilogue::kGroup;
             wg.store_tile(
                 [&] {
                     #pragma unroll
-                    for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                    for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+                        zero_other_experts(tile, final_accum[s], row_expert[s]);
                         FP8Epilogue::write_warp(smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row,
                                                 wg.lane_idx, d_sf, d_sf_stride, first_group,
                                                 tile.row_base - group_row0, valid_rows);
+                    }
                 },
                 [&](bool is_leader) {
                     if (kMasked and valid_rows < BLOCK_M) {
@@ -149,14 +167,7 @@ struct FP8GemmOutput {
             [&] {
                 #pragma unroll
                 for (uint32_t s = 0; s < kNumSubTiles; ++s) {
-                    if constexpr (kGemmType == GemmType::MGroupedContiguous) {
-                        const auto group = static_cast<int32_t>(tile.group);
-                        const bool row_ok[2] = {not tile.skip and row_expert[s][0] == group,
-                                                not tile.skip and row_expert[s][1] == group};
-                        #pragma unroll
-                        for (uint32_t i = 0; i < kNumAccum; ++i)
-                            final_accum[s][i] = row_ok[(i / 2) % 2] ? final_accum[s][i] : 0.0f;
-                    }
+                    zero_other_experts(tile, final_accum[s], row_expert[s]);
                     Epilogue::write_warp(smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row, wg.lane_idx);
                 }
             },
@@ -190,7 +201,7 @@ struct FP8GemmOutput {
 // rows the epilogue does not write), kOneMBlock (batched GEMMs with m <= BLOCK_M: one M block per batch, a tile walk without run-time
 // divisions; TileScheduler), kClusterSplitsK (1, or 2-8 CTAs of a cluster cutting a dense tile's K; the launch's
 // cluster size), kHeadSplitLeft / kHeadSplitMid / kHeadSplitRight (0, or a dense GEMM's head splits:
-// FP8GemmOutput::d_column; D is [m, n + n / (left + right) * mid]), kFP8Out (a dense or masked GEMM whose D is e4m3
+// FP8GemmOutput::d_column; D is [m, n + n / (left + right) * mid]), kFP8Out (a dense or M-grouped GEMM whose D is e4m3
 // with one FP32 scale per row and 128 columns, computed in the epilogue: FP8RowScaleEpilogue; `tensor_map_d` is then
 // over D's bytes with box 128 x 64 and the 128-byte swizzle, and `d_sf` / `d_sf_stride` address the MN-major
 // scales).
@@ -274,10 +285,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                                                                              Config::kHeadSplitRight) == 0),
                      "head splits: a dense GEMM stored by TMA whose tiles lie inside one head part");
     DG_STATIC_ASSERT(not Config::kFP8Out or ((kGemmType == GemmType::Normal or
+                                              kGemmType == GemmType::MGroupedContiguous or
                                               kGemmType == GemmType::MGroupedMasked) and not kSplitsInCluster and
                                              Config::kHeadSplitLeft + Config::kHeadSplitRight == 0 and
                                              BLOCK_N % 128 == 0),
-                     "FP8 output: a dense or masked GEMM stored by TMA whose tiles hold whole 128-column scale groups");
+                     "FP8 output: a dense, contiguous or masked GEMM whose tiles hold whole 128-column scale groups");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and kNumMulticast == 1 and
                                               kNumKBlocks % kClusterSplits == 0),
                      "cluster K splits: dense GEMMs without multicast, the split count dividing the K blocks");
