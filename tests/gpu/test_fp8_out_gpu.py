@@ -1,11 +1,11 @@
 """GPU correctness of `fp8_gemm_nt_fp8_out`, `m_grouped_fp8_gemm_nt_contiguous_fp8_out` and
-`m_grouped_fp8_gemm_nt_masked_fp8_out` (the FP8 GEMMs whose epilogue writes e4m3 with per-row 1 x 128 scales): against `per_token_cast_to_fp8` of the dequantised FP32 product (tests/gemm_cases.py's builder: values within one
+`m_grouped_fp8_gemm_nt_masked_fp8_out` (the FP8 GEMMs whose epilogue writes e4m3 with per-row 1 x 128 scales):
+against `per_token_cast_to_fp8` of the dequantised FP32 product (tests/gemm_cases.py's builders: values within one
 e4m3 step plus the FP8 GEMM's own rounding, scales within 2e-3, poisoned D and guard bands, SFD's padding rows
-untouched) over ragged
-m, n and k; bitwise reruns; huge products (saturation, no inf / NaN scales) and all-zero rows; a CUDA graph; and the
-(D, SFD) pair fed to the next FP8 GEMM as its `a` with no conversion (dense, and masked as an MoE expert's gate/up
-then down projections); contiguous padding rows zero with the floor scale; masked rows >= masked_m untouched in D
-and SFD. Skipped without sm_90."""
+untouched) over ragged m, n and k; bitwise reruns; huge products (saturation, no inf / NaN scales) and all-zero rows;
+a CUDA graph; the (D, SFD) pair fed to the next FP8 GEMM as its `a` with no conversion (dense, and masked as an MoE
+expert's gate/up then down projections); contiguous padding rows zero with the floor scale; masked rows >= masked_m
+untouched in D and SFD. Skipped without sm_90."""
 import pytest
 import torch
 
