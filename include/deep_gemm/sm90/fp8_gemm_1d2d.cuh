@@ -111,11 +111,6 @@ struct FP8GemmOutput {
     __device__ __forceinline__ void store(const Tile& tile, uint32_t n_start, const MathWarpgroup& wg, uint8_t* smem_d,
                                           float (&final_accum)[kNumSubTiles][kNumAccum],
                                           const int32_t (&row_expert)[kNumSubTiles][2]) const {
-        // NOTES: a batched tile of a few valid rows (decode) stores them from registers: its smem round trip and
-        // barriers sat on every tile's critical path at m <= 16 (H200: 128x1x512x128 7.2 -> 6.0 us). Only with
-        // gathered scales: otherwise the epilogue's warpgroup barrier is what publishes the next tile's SB
-        // (store_tile_sb) to the whole warpgroup, and skipping it gave masked GEMMs stale scales (GPU suite: NaN and
-        // non-deterministic results).
         if constexpr (Config::kFP8Out) {
             // Dense, contiguous or masked (static_assert in the kernel). Rows whose scales are stored: dense and
             // contiguous, those below shape_m (the TMA store clips D's; contiguous rows of another expert are
@@ -155,6 +150,11 @@ struct FP8GemmOutput {
                 });
             return;
         }
+        // NOTES: a batched tile of a few valid rows (decode) stores them from registers: its smem round trip and
+        // barriers sat on every tile's critical path at m <= 16 (H200: 128x1x512x128 7.2 -> 6.0 us). Only with
+        // gathered scales: otherwise the epilogue's warpgroup barrier is what publishes the next tile's SB
+        // (store_tile_sb) to the whole warpgroup, and skipping it gave masked GEMMs stale scales (GPU suite: NaN and
+        // non-deterministic results).
         constexpr uint32_t kDirectStoreRows = 16;
         if (Config::kGatherScales and tile.valid_rows <= kDirectStoreRows) {
             #pragma unroll
