@@ -187,6 +187,35 @@ def normalise_dense(lhs, rhs, out) -> GemmLayout:
     return _layout(kind, "launch", device, sa, sb, named, ragged_n)
 
 
+def _check_fp8_d(named, n: int, k: int) -> None:
+    """The launch checks every FP8-d variant shares, on its (name, tensor) list A, SA, B, SB, D, SFD[, index]: whole
+    16-byte chunks of D's rows, SFD's layout (2-D: MN-major, stride(0) == 1 and stride(1) >= its rows, below 2^32;
+    3-D: per group as get_mn_major_tma_aligned_tensor lays it out, the next masked GEMM's A scales), k > 0, TMA-legal
+    A, B and D, and D and SFD overlapping nothing."""
+    names = [name for name, _ in named]
+    a, b, d, sd = named[0][1], named[2][1], named[4][1], named[5][1]
+    if n % 16:
+        raise ValueError(f"{names[4]}: n must be a multiple of 16 for an FP8 d on SM90 (whole 16-byte TMA chunks), "
+                         f"got n = {n}")
+    if sd.dim() == 3 and not is_col_major_tma_aligned(sd):
+        raise ValueError(f"{names[5]} must be MN-major with its M stride padded to 16 bytes in every group, as "
+                         f"get_mn_major_tma_aligned_tensor returns it; got strides {sd.stride()}")
+    if sd.dim() == 2:
+        rows = sd.shape[0]
+        if rows > 1 and (sd.stride(0) != 1 or sd.stride(1) < rows):
+            raise ValueError(f"{names[5]} must be MN-major (stride(0) == 1, stride(1) >= its rows), as "
+                             f"per_token_cast_to_fp8(x, mn_major_sf=True) returns it; got strides {sd.stride()}")
+        if sd.stride(1) >= 1 << 32:
+            raise ValueError(f"{names[5]}: stride(1) must be below 2^32, got {sd.stride(1)}")
+    if k == 0:
+        raise ValueError("k must be > 0 for an FP8 d (the scales of an all-zero D are not defined by DeepGEMM)")
+    _check_operand(d, names[4])
+    for i in (4, 5):
+        checks.check_no_overlap(named[i][1], names[i], [named[j] for j in range(len(named)) if j != i])
+    _check_operand(a, names[0])
+    _check_operand(b, names[2])
+
+
 def normalise_dense_fp8_out(lhs, rhs, out) -> GemmLayout:
     """Every layout check of the dense GEMM with an FP8 d (`fp8_gemm_nt_fp8_out(a, b, d)`, d = (D, SFD)): D [m, n]
     e4m3 with n % 16 == 0 (whole 16-byte TMA chunks) and 16-byte aligned rows, SFD [m, ceil(n/128)] float32 MN-major
@@ -212,21 +241,7 @@ def normalise_dense_fp8_out(lhs, rhs, out) -> GemmLayout:
     kind = KernelType.NORMAL
     if m == 0 or n == 0:
         return _layout(kind, "none", device, sa, sb, named, fp8_out=True)
-    if n % 16:
-        raise ValueError(f"{names[4]}: n must be a multiple of 16 for an FP8 d on SM90 (whole 16-byte TMA chunks), "
-                         f"got n = {n}")
-    if m > 1 and (sd.stride(0) != 1 or sd.stride(1) < m):
-        raise ValueError(f"{names[5]} must be MN-major (stride(0) == 1, stride(1) >= m), as "
-                         f"per_token_cast_to_fp8(x, mn_major_sf=True) returns it; got strides {sd.stride()}")
-    if sd.stride(1) >= 1 << 32:
-        raise ValueError(f"{names[5]}: stride(1) must be below 2^32, got {sd.stride(1)}")
-    if k == 0:
-        raise ValueError("k must be > 0 for an FP8 d (the scales of an all-zero D are not defined by DeepGEMM)")
-    checks.check_tma_matrix(d, names[4])
-    for i in (4, 5):
-        checks.check_no_overlap(named[i][1], names[i], [named[j] for j in range(6) if j != i])
-    checks.check_tma_matrix(a, names[0])
-    checks.check_tma_matrix(b, names[2])
+    _check_fp8_d(named, n, k)
     return _layout(kind, "launch", device, sa, sb, named, fp8_out=True)
 
 
@@ -263,19 +278,7 @@ def normalise_masked_fp8_out(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     hint = min(max(int(expected_m), 1), max(m_max, 1))
     if num_groups == 0 or m_max == 0 or n == 0:
         return _layout(kind, "none", device, sa, sb, named, expected_m=hint, fp8_out=True)
-    if n % 16:
-        raise ValueError(f"{names[4]}: n must be a multiple of 16 for an FP8 d on SM90 (whole 16-byte chunks), "
-                         f"got n = {n}")
-    if not is_col_major_tma_aligned(sd):
-        raise ValueError(f"{names[5]} must be MN-major with its M stride padded to 16 bytes in every group, as "
-                         f"get_mn_major_tma_aligned_tensor returns it; got strides {sd.stride()}")
-    if k == 0:
-        raise ValueError("k must be > 0 for an FP8 d (the scales of an all-zero D are not defined by DeepGEMM)")
-    _check_operand(d, names[4])
-    for i in (4, 5):
-        checks.check_no_overlap(named[i][1], names[i], [named[j] for j in range(7) if j != i])
-    _check_operand(a, names[0])
-    _check_operand(b, names[2])
+    _check_fp8_d(named, n, k)
     return _layout(kind, "launch", device, sa, sb, named, expected_m=hint, fp8_out=True)
 
 
@@ -308,21 +311,9 @@ def normalise_contiguous_fp8_out(lhs, rhs, out, m_indices) -> GemmLayout:
     kind = KernelType.M_GROUPED_CONTIGUOUS
     if m == 0 or n == 0:
         return _layout(kind, "none", device, sa, sb, named, fp8_out=True)
-    if n % 16:
-        raise ValueError(f"{names[4]}: n must be a multiple of 16 for an FP8 d on SM90 (whole 16-byte chunks), "
-                         f"got n = {n}")
-    if m > 1 and (sd.stride(0) != 1 or sd.stride(1) < m):
-        raise ValueError(f"{names[5]} must be MN-major (stride(0) == 1, stride(1) >= M), as "
-                         f"per_token_cast_to_fp8(x, mn_major_sf=True) returns it; got strides {sd.stride()}")
-    if sd.stride(1) >= 1 << 32:
-        raise ValueError(f"{names[5]}: stride(1) must be below 2^32, got {sd.stride(1)}")
-    if k == 0 or num_groups == 0:
-        raise ValueError("k and the group count must be > 0 for an FP8 d")
-    checks.check_tma_matrix(d, names[4])
-    for i in (4, 5):
-        checks.check_no_overlap(named[i][1], names[i], [named[j] for j in range(7) if j != i])
-    _check_operand(a, names[0])
-    _check_operand(b, names[2])
+    if num_groups == 0:
+        raise ValueError("the group count must be > 0 for an FP8 d")
+    _check_fp8_d(named, n, k)
     return _layout(kind, "launch", device, sa, sb, named, fp8_out=True)
 
 
