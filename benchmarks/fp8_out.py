@@ -114,7 +114,9 @@ def suite_grouped(runner, libs, suite):
         else:
             m = groups * rows
             a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, k), device="cuda", dtype=torch.bfloat16))
-            a = (a8.view(groups, rows, k), sa.view(groups, rows, -1))
+            # Per-group MN-major scales, the layout both libraries' masked GEMMs take without a conversion.
+            a = (a8.view(groups, rows, k),
+                 deep_gemm.get_mn_major_tma_aligned_tensor(sa.contiguous().view(groups, rows, -1)))
             masked_m = torch.full((groups,), rows, device="cuda", dtype=torch.int32)
             d = torch.empty((groups, rows, n), dtype=torch.float8_e4m3fn, device="cuda")
             sfd = _scales((groups,), rows, n)

@@ -1337,7 +1337,7 @@ SPECS += [
                          ValueError, "m_indices", True)),
              operator=False),
     GemmSpec("m_grouped_fp8_gemm_nt_masked_fp8_out", sample_masked_fp8_out, build_masked_fp8_out,
-             dict(groups=3, m_max=70, n=272, k=200, masked=[70, 0, 33], expected_m=40), 2,
+             dict(groups=3, m_max=70, n=272, k=144, masked=[70, 0, 33], expected_m=40), 2,
              arg_names=("lhs", "rhs", "out", "masked_m", "expected_m"),
              malformed=(("masked-fp8-out-sfd-row-major", lambda d: d.__setitem__("out", (d["out"][0],
                                                                                         d["out"][1].contiguous())),

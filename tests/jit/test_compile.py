@@ -257,17 +257,18 @@ def test_fp8_out_kernel_refuses_tiles_across_scale_groups():
         NVRTCCompiler().compile(kernel_source(4096, 7168, narrow, KernelType.NORMAL, fp8_out=True).code(), ARCH)
 
 
-@pytest.mark.parametrize("kind_name,m", [("M_GROUPED_MASKED", 4), ("M_GROUPED_MASKED", 200),
-                                         ("M_GROUPED_CONTIGUOUS", 8192)])
-def test_grouped_fp8_out_kernels_compile_without_spills(kind_name, m):
+@pytest.mark.parametrize("kind_name,m,n", [("M_GROUPED_MASKED", 4, 4096), ("M_GROUPED_MASKED", 200, 4096),
+                                           ("M_GROUPED_CONTIGUOUS", 8192, 4096), ("M_GROUPED_CONTIGUOUS", 8192, 400)])
+def test_grouped_fp8_out_kernels_compile_without_spills(kind_name, m, n):
     """The masked and contiguous FP8-output kernels: 128-wide tiles (64, 128 and 256 rows), a masked group's partial
-    last block copied by the warpgroup, contiguous rows of other experts zeroed; no spills."""
+    last block copied by the warpgroup, contiguous rows of other experts zeroed, columns past a ragged n kept out of
+    the amax; no spills."""
     from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_config
     from deep_gemm.heuristics import KernelType
     kind = KernelType[kind_name]
-    config = kernel_config(m, 4096, 7168, 132, ARCH, kind, 8, fp8_out=True)
+    config = kernel_config(m, n, 7168, 132, ARCH, kind, 8, fp8_out=True)
     assert config.block_n == 128, config
-    source = kernel_source(4096, 7168, config, kind, fp8_out=True)
+    source = kernel_source(n, 7168, config, kind, fp8_out=True)
     result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True, ptxas_verbose=True)
     check_cubin(result.cubin)
     check_ptx(result.ptx, config)

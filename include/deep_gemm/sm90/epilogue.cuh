@@ -142,10 +142,13 @@ struct FP8RowScaleEpilogue {
 
     // One warp's 16 x BLOCK_N slice of a 64-row accumulator (layout as in BF16Epilogue; `row0` = its first tile row)
     // into smem_d, and the slice's scales: group g's of tile row r at sf[(first_group + g) * sf_stride + sf_row0 + r]
-    // for r < valid_rows (rows past the output's end are not stored).
+    // for r < valid_rows (rows past the output's end are not stored). Columns >= kShapeN (the tile starts at
+    // `n_start`) stay out of the amax: in a grouped GEMM they hold the next expert's products (B is one [G * n, k]
+    // tensor map), not TMA's zeros.
+    template <uint32_t kShapeN>
     __device__ __forceinline__ static void write_warp(uint8_t* smem_d, const float* acc, uint32_t row0, uint32_t lane,
                                                       float* sf, uint32_t sf_stride, uint32_t first_group,
-                                                      uint32_t sf_row0, uint32_t valid_rows) {
+                                                      uint32_t sf_row0, uint32_t valid_rows, uint32_t n_start) {
         constexpr uint32_t kChunksPerGroup = kGroup / 8;
         #pragma unroll
         for (uint32_t g = 0; g < BLOCK_N / kGroup; ++g) {
@@ -153,8 +156,11 @@ struct FP8RowScaleEpilogue {
             for (uint32_t h = 0; h < 2; ++h) {
                 float amax = 0.0f;
                 #pragma unroll
-                for (uint32_t c = g * kChunksPerGroup; c < (g + 1) * kChunksPerGroup; ++c)
-                    amax = fmaxf(amax, fmaxf(fabsf(acc[c * 4 + h * 2]), fabsf(acc[c * 4 + h * 2 + 1])));
+                for (uint32_t c = g * kChunksPerGroup; c < (g + 1) * kChunksPerGroup; ++c) {
+                    // A lane's pair shares its validity: kShapeN and the pair's first column are even.
+                    if (kShapeN % BLOCK_N == 0 or n_start + c * 8 + (lane % 4) * 2 < kShapeN)
+                        amax = fmaxf(amax, fmaxf(fabsf(acc[c * 4 + h * 2]), fabsf(acc[c * 4 + h * 2 + 1])));
+                }
                 amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
                 amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
                 const float scale = fmaxf(amax, __uint_as_float(kAmaxFloorBits)) * kInvFp8Max;

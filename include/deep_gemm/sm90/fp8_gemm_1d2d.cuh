@@ -130,9 +130,10 @@ struct FP8GemmOutput {
                     #pragma unroll
                     for (uint32_t s = 0; s < kNumSubTiles; ++s) {
                         zero_other_experts(tile, final_accum[s], row_expert[s]);
-                        FP8Epilogue::write_warp(smem_d, final_accum[s], wg.sub_tile_row(s) + wg.warp_row,
-                                                wg.lane_idx, d_sf, d_sf_stride, first_group,
-                                                tile.row_base - group_row0, valid_rows);
+                        FP8Epilogue::template write_warp<SHAPE_N>(smem_d, final_accum[s],
+                                                                  wg.sub_tile_row(s) + wg.warp_row, wg.lane_idx,
+                                                                  d_sf, d_sf_stride, first_group,
+                                                                  tile.row_base - group_row0, valid_rows, n_start);
                     }
                 },
                 [&](bool is_leader) {
