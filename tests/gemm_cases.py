@@ -1237,6 +1237,94 @@ def build_masked_fp8_out(p: dict, device, seed: int) -> Case:
                 dict(ref=ref, counts=counts, simulate=simulate))
 
 
+# ---- m_grouped_fp8_gemm_nt_{contiguous,masked}_swiglu: the MoE gate/up GEMM with SwiGLU and FP8 output
+
+def swiglu_reference(ref: torch.Tensor, clamp: Optional[float]) -> torch.Tensor:
+    """SiLU(min(gate, c)) * clamp(up, -c, c) in FP32 from the FP32 product [..., 2I] of the gate | up weights (as
+    they are before interleave_swiglu_weights)."""
+    inter = ref.shape[-1] // 2
+    gate, up = ref[..., :inter], ref[..., inter:]
+    if clamp is not None:
+        gate, up = gate.clamp(max=clamp), up.clamp(-clamp, clamp)
+    return gate / (1 + torch.exp(-gate)) * up
+
+
+def _swiglu_problem(p: dict, rng: random.Random) -> dict:
+    p["n"] = 256 * rng.choice([1, 2, 3, 8, 16])   # 2 x the intermediate size, a multiple of 128
+    p["clamp"] = rng.choice([None, None, 10.0, 0.5])
+    return p
+
+
+def sample_contiguous_swiglu(rng: random.Random) -> dict:
+    return _swiglu_problem(sample_contiguous(rng), rng)
+
+
+def build_contiguous_swiglu(p: dict, device, seed: int) -> Case:
+    """The contiguous SwiGLU GEMM: B interleaved by interleave_swiglu_weights, d = (D [M, n / 2] e4m3, SFD [M, n / 256]
+    MN-major), every row checked by `check_fp8_out` against the cast of the activation of the FP32 product (padding
+    rows: zeros, the floor scale)."""
+    sizes, n, k, clamp = p["sizes"], p["n"], p["k"], p.get("clamp")
+    lhs, rhs, m_indices, ref, _ = contiguous_inputs(sizes, n, k, _gen(device, seed), device)
+    act = swiglu_reference(ref, clamp)
+    del ref
+    m = m_indices.numel()
+    g = Guarded((m, n // 2), FP8, device, guard=16)
+    sfd, sfd_store = fp8_out_scales((), m, n // 2, device)
+
+    def checker(case: Case) -> None:
+        assert not bool(case.guarded.untouched().any()), f"{case.desc}: rows left unwritten"
+        check_fp8_out(case.out, sfd, act, case.desc)
+        assert bool(torch.isnan(sfd_store[:, m:]).all()), f"{case.desc}: SFD's padding rows were written"
+
+    def simulate() -> None:
+        ref_d, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(act)
+        g.out.copy_(ref_d)
+        sfd.copy_(ref_sf)
+
+    return Case("m_grouped_fp8_gemm_nt_contiguous_swiglu",
+                f"contiguous swiglu sizes={sizes} n={n} k={k} clamp={clamp}",
+                (lhs, deep_gemm.utils.interleave_swiglu_weights(rhs), (g.out, sfd), m_indices, clamp), g, checker,
+                dict(ref=act, simulate=simulate))
+
+
+def sample_masked_swiglu(rng: random.Random) -> dict:
+    return _swiglu_problem(sample_masked(rng), rng)
+
+
+def build_masked_swiglu(p: dict, device, seed: int) -> Case:
+    """The masked SwiGLU GEMM: d = (D [G, m_max, n / 2] e4m3, SFD [G, m_max, n / 256] TMA-aligned MN-major): rows <
+    masked_m checked by `check_fp8_out`, rows >= masked_m of D and SFD untouched."""
+    groups, m_max, n, k, clamp = p["groups"], p["m_max"], p["n"], p["k"], p.get("clamp")
+    lhs, rhs, ref, _ = masked_inputs(groups, m_max, n, k, _gen(device, seed), device)
+    act = swiglu_reference(ref, clamp)
+    del ref
+    masked_m = torch.tensor(p["masked"], dtype=torch.int32, device=device)
+    counts = [min(max(c, 0), m_max) for c in p["masked"]]
+    g = Guarded((groups, m_max, n // 2), FP8, device, guard=16)
+    sfd, sfd_store = fp8_out_scales((groups,), m_max, n // 2, device)
+
+    def checker(case: Case) -> None:
+        untouched = case.guarded.untouched()
+        for e, c in enumerate(counts):
+            assert not bool(untouched[e, :c].any()), f"{case.desc}: rows < masked_m left unwritten"
+            assert bool(untouched[e, c:].all()), f"{case.desc}: rows >= masked_m were written"
+            assert bool(torch.isnan(sfd_store[e, :, c:]).all()), f"{case.desc}: scales of rows >= masked_m written"
+            if c:
+                check_fp8_out(case.out[e, :c], sfd[e, :c], act[e, :c], f"{case.desc} group {e}")
+
+    def simulate() -> None:
+        for e, c in enumerate(counts):
+            if c:
+                ref_d, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(act[e, :c])
+                g.out[e, :c] = ref_d
+                sfd[e, :c] = ref_sf
+
+    return Case("m_grouped_fp8_gemm_nt_masked_swiglu",
+                f"masked swiglu G={groups} m_max={m_max} n={n} k={k} masked_m={p['masked'][:8]} clamp={clamp}",
+                (lhs, deep_gemm.utils.interleave_swiglu_weights(rhs), (g.out, sfd), masked_m, p["expected_m"], clamp),
+                g, checker, dict(ref=act, counts=counts, simulate=simulate))
+
+
 # ---------------------------------------------------------------- registry
 
 @dataclass(frozen=True)
@@ -1346,6 +1434,29 @@ SPECS += [
                                                                                    d["out"][1])),
                          ValueError, "d[0] (D)", True),
                         ("masked-fp8-out-masked-m-int64", lambda d: d.__setitem__("masked_m", d["masked_m"].long()),
+                         TypeError, "masked_m", True)),
+             operator=False),
+    GemmSpec("m_grouped_fp8_gemm_nt_contiguous_swiglu", sample_contiguous_swiglu, build_contiguous_swiglu,
+             dict(sizes=[100, 0, 300, 1], n=512, k=576, clamp=None), 2,
+             arg_names=("lhs", "rhs", "out", "m_indices", "activation_clamp"),
+             malformed=(("contiguous-swiglu-n", lambda d: d.__setitem__("rhs", (d["rhs"][0][:, :384],
+                                                                                d["rhs"][1][:, :3])),
+                         ValueError, "b[0] (B)", True),
+                        ("contiguous-swiglu-d-width", lambda d: d.__setitem__("out", (d["out"][0][:, :128],
+                                                                                      d["out"][1])),
+                         ValueError, "d[0] (D)", True),
+                        ("contiguous-swiglu-clamp", lambda d: d.__setitem__("activation_clamp", -1.0),
+                         ValueError, "activation_clamp", True),
+                        ("contiguous-swiglu-clamp-type", lambda d: d.__setitem__("activation_clamp", "10"),
+                         TypeError, "activation_clamp", True)),
+             operator=False),
+    GemmSpec("m_grouped_fp8_gemm_nt_masked_swiglu", sample_masked_swiglu, build_masked_swiglu,
+             dict(groups=3, m_max=70, n=768, k=144, masked=[70, 0, 33], expected_m=40, clamp=7.0), 2,
+             arg_names=("lhs", "rhs", "out", "masked_m", "expected_m", "activation_clamp"),
+             malformed=(("masked-swiglu-sfd-shape", lambda d: d.__setitem__("out", (d["out"][0],
+                                                                                   d["out"][1][:, :, :1])),
+                         ValueError, "d[1] (SFD)", True),
+                        ("masked-swiglu-masked-m-int64", lambda d: d.__setitem__("masked_m", d["masked_m"].long()),
                          TypeError, "masked_m", True)),
              operator=False),
     GemmSpec("tf32_hc_prenorm_gemm", sample_hc_prenorm, build_hc_prenorm, dict(m=137, n=24, k=1000, splits=3), 2,

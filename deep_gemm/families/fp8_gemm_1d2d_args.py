@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 import torch
 
 from ..device import get_device_arch, get_num_sms
-from ..heuristics import KernelType
+from ..heuristics import KernelType, SwiGLU
 from ..heuristics.common import ceil_div
 from ..jit.codegen import CppName
 from ..scale_layout import is_col_major_tma_aligned
@@ -51,7 +51,8 @@ class GemmLayout:
     arch: str
     psum_alignment: int = 0      # psum layout: row alignment of the experts' starts
     head_splits: HeadSplits = NO_HEAD_SPLITS
-    fp8_out: bool = False        # d = (e4m3 D, its MN-major 1 x 128 scales SFD): out is that pair
+    # d = (e4m3 D, its MN-major 1 x 128 scales SFD): out is that pair; a SwiGLU instance: the gate/up GEMM's
+    fp8_out: object = False
     plans: dict = field(default_factory=dict)
     family: Optional[Family] = None  # bound by the runtime for a layout that launches
 
@@ -129,7 +130,7 @@ class GemmLayout:
         """The head splits and the FP8 output, for the family that serves them (sm90's; only their variants have
         them)."""
         return ({} if self.head_splits == NO_HEAD_SPLITS else {"head_splits": self.head_splits}) | \
-            ({"fp8_out": True} if self.fp8_out else {})
+            ({"fp8_out": self.fp8_out} if self.fp8_out else {})
 
     def _launch(self, tensors):
         geometry = checks.tensor_geometry(tensors)
@@ -250,6 +251,31 @@ def normalise_masked_fp8_out(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     GEMM's, with d = (D [G, m_max, n] e4m3, n % 16 == 0, SFD [G, m_max, ceil(n/128)] float32 in the layout
     `get_mn_major_tma_aligned_tensor` returns: the next masked GEMM's A scales as they are), k > 0. Rows >= masked_m
     of D and SFD stay untouched."""
+    return _masked_fp8_d(lhs, rhs, out, masked_m, expected_m, True)
+
+
+def normalise_masked_swiglu(lhs, rhs, out, masked_m, expected_m, clamp_bits) -> GemmLayout:
+    """Every layout check of `m_grouped_fp8_gemm_nt_masked_swiglu`: as the masked FP8-d GEMM's, with B's gate and up
+    rows interleaved (n = 2 x the intermediate size, a multiple of 256) and D [G, m_max, n / 2], SFD [G, m_max,
+    n / 256]; `clamp_bits`: the activation clamp's float32 bits (host int)."""
+    return _masked_fp8_d(lhs, rhs, out, masked_m, expected_m, _swiglu_epilogue(clamp_bits))
+
+
+def _swiglu_epilogue(clamp_bits) -> SwiGLU:
+    if isinstance(clamp_bits, bool) or not isinstance(clamp_bits, numbers.Integral) or not 0 <= clamp_bits < 1 << 32:
+        raise TypeError(f"the activation clamp's float32 bits must be an int in [0, 2^32), got {clamp_bits!r}")
+    return SwiGLU(int(clamp_bits))
+
+
+def _swiglu_n(n: int, name: str) -> int:
+    """D's column count of a SwiGLU GEMM whose B has n rows (gate and up interleaved)."""
+    if n % 256:
+        raise ValueError(f"{name}: the SwiGLU GEMM needs n = 2 x the intermediate size with the intermediate size a "
+                         f"multiple of 128 (whole gate and up scale blocks), got n = {n}")
+    return n // 2
+
+
+def _masked_fp8_d(lhs, rhs, out, masked_m, expected_m, epilogue) -> GemmLayout:
     names = _NAMES_FP8_OUT
     a, sa = checks.unpack_pair(lhs, "a")
     d, sd = checks.unpack_pair(out, "d")
@@ -267,9 +293,12 @@ def normalise_masked_fp8_out(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     checks.check_shape(sb, names[3], (num_groups, ceil_div(n, 128), ceil_div(k, 128)), "G x ceil(n/128) x ceil(k/128)")
     checks.check_tensor(d, names[4], torch.float8_e4m3fn, 3)
     checks.check_tensor(sd, names[5], torch.float32, 3)
-    checks.check_shape(d, names[4], (num_groups, m_max, n), "G x m_max x n")
+    swiglu = isinstance(epilogue, SwiGLU)
+    n_d = _swiglu_n(n, names[2]) if swiglu else n
+    checks.check_shape(d, names[4], (num_groups, m_max, n_d), "G x m_max x n / 2" if swiglu else "G x m_max x n")
     checks.check_shape(sa, names[1], (num_groups, m_max, ceil_div(k, 128)), "G x m_max x ceil(k/128)")
-    checks.check_shape(sd, names[5], (num_groups, m_max, ceil_div(n, 128)), "G x m_max x ceil(n/128)")
+    checks.check_shape(sd, names[5], (num_groups, m_max, ceil_div(n_d, 128)),
+                       "G x m_max x n / 256" if swiglu else "G x m_max x ceil(n/128)")
     checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
     expected_m = checks.host_int(expected_m, "expected_m")
     named = list(zip(names + ("masked_m",), (a, sa, b, sb, d, sd, masked_m)))
@@ -277,9 +306,9 @@ def normalise_masked_fp8_out(lhs, rhs, out, masked_m, expected_m) -> GemmLayout:
     kind = KernelType.M_GROUPED_MASKED
     hint = min(max(int(expected_m), 1), max(m_max, 1))
     if num_groups == 0 or m_max == 0 or n == 0:
-        return _layout(kind, "none", device, sa, sb, named, expected_m=hint, fp8_out=True)
-    _check_fp8_d(named, n, k)
-    return _layout(kind, "launch", device, sa, sb, named, expected_m=hint, fp8_out=True)
+        return _layout(kind, "none", device, sa, sb, named, expected_m=hint, fp8_out=epilogue)
+    _check_fp8_d(named, n_d, k)
+    return _layout(kind, "launch", device, sa, sb, named, expected_m=hint, fp8_out=epilogue)
 
 
 def normalise_contiguous_fp8_out(lhs, rhs, out, m_indices) -> GemmLayout:
@@ -287,6 +316,17 @@ def normalise_contiguous_fp8_out(lhs, rhs, out, m_indices) -> GemmLayout:
     contiguous GEMM's (experts' rows stacked, m_indices [M], -1 for padding rows), with d = (D [M, n] e4m3, n % 16 ==
     0, SFD [M, ceil(n/128)] float32 MN-major: stride(0) == 1, stride(1) >= M), k > 0. Padding rows get zeros and the
     floor scale (1e-4 / 448), as the cast of the BF16 output's zeros."""
+    return _contiguous_fp8_d(lhs, rhs, out, m_indices, True)
+
+
+def normalise_contiguous_swiglu(lhs, rhs, out, m_indices, clamp_bits) -> GemmLayout:
+    """Every layout check of `m_grouped_fp8_gemm_nt_contiguous_swiglu`: as the contiguous FP8-d GEMM's, with B's gate
+    and up rows interleaved (n = 2 x the intermediate size, a multiple of 256) and D [M, n / 2], SFD [M, n / 256];
+    `clamp_bits`: the activation clamp's float32 bits (host int)."""
+    return _contiguous_fp8_d(lhs, rhs, out, m_indices, _swiglu_epilogue(clamp_bits))
+
+
+def _contiguous_fp8_d(lhs, rhs, out, m_indices, epilogue) -> GemmLayout:
     names = _NAMES_FP8_OUT
     a, sa = checks.unpack_pair(lhs, "a")
     d, sd = checks.unpack_pair(out, "d")
@@ -303,18 +343,20 @@ def normalise_contiguous_fp8_out(lhs, rhs, out, m_indices) -> GemmLayout:
     checks.check_shape(sa, names[1], (m, ceil_div(k, 128)), "M x ceil(k/128)")
     checks.check_tensor(d, names[4], torch.float8_e4m3fn, 2)
     checks.check_tensor(sd, names[5], torch.float32, 2)
-    checks.check_shape(d, names[4], (m, n), "M x n")
-    checks.check_shape(sd, names[5], (m, ceil_div(n, 128)), "M x ceil(n/128)")
+    swiglu = isinstance(epilogue, SwiGLU)
+    n_d = _swiglu_n(n, names[2]) if swiglu else n
+    checks.check_shape(d, names[4], (m, n_d), "M x n / 2" if swiglu else "M x n")
+    checks.check_shape(sd, names[5], (m, ceil_div(n_d, 128)), "M x n / 256" if swiglu else "M x ceil(n/128)")
     checks.check_index_tensor(m_indices, "m_indices", (m,), "M")
     named = list(zip(names + ("m_indices",), (a, sa, b, sb, d, sd, m_indices)))
     device = checks.check_same_cuda_device(named)
     kind = KernelType.M_GROUPED_CONTIGUOUS
     if m == 0 or n == 0:
-        return _layout(kind, "none", device, sa, sb, named, fp8_out=True)
+        return _layout(kind, "none", device, sa, sb, named, fp8_out=epilogue)
     if num_groups == 0:
         raise ValueError("the group count must be > 0 for an FP8 d")
-    _check_fp8_d(named, n, k)
-    return _layout(kind, "launch", device, sa, sb, named, fp8_out=True)
+    _check_fp8_d(named, n_d, k)
+    return _layout(kind, "launch", device, sa, sb, named, fp8_out=epilogue)
 
 
 # Head parts of fp8_gemm_nt_skip_head_mid: left and right whole 16-column runs (a tile of a divisor of both lies
@@ -541,3 +583,11 @@ CONTIGUOUS_FP8_OUT = Variant("contiguous_fp8_out", "m_grouped_fp8_gemm_nt_contig
                              warmup_fields=("n", "k", "num_groups"))
 MASKED_FP8_OUT = Variant("masked_fp8_out", "m_grouped_fp8_gemm_nt_masked_fp8_out", (PAIR, PAIR, PAIR, TENSOR, INT),
                          normalise_masked_fp8_out, warmup_fields=("n", "k", "num_groups", "expected_m"))
+# The MoE gate/up GEMMs with SwiGLU and FP8 output; their last argument is the activation clamp's float32 bits (the
+# public functions convert activation_clamp), a compile-time constant of the kernel.
+# Warmed up without a clamp (a clamped kernel compiles on its first call).
+CONTIGUOUS_SWIGLU = Variant("contiguous_swiglu", "m_grouped_fp8_gemm_nt_contiguous_swiglu",
+                            (PAIR, PAIR, PAIR, TENSOR, INT), normalise_contiguous_swiglu,
+                            warmup_fields=("n", "k", "num_groups"))
+MASKED_SWIGLU = Variant("masked_swiglu", "m_grouped_fp8_gemm_nt_masked_swiglu", (PAIR, PAIR, PAIR, TENSOR, INT, INT),
+                        normalise_masked_swiglu, warmup_fields=("n", "k", "num_groups", "expected_m"))

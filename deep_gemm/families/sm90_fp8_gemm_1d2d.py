@@ -7,15 +7,16 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from .. import jit, log
 from ..envs import read_env
-from ..heuristics import GemmConfig, GemmProblem, KernelType
+from ..heuristics import GemmConfig, GemmProblem, KernelType, SwiGLU
 from ..heuristics.common import ceil_div, get_forced_config, has_group_row_ends
 from ..heuristics.sm90 import get_sm90_config, sm90_kernel_variants, variant_row_counts
 from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
 from ..scale_layout import get_tma_aligned_size
 from . import checks
-from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, CONTIGUOUS_FP8_OUT, DENSE, DENSE_FP8_OUT, GEMM_TYPES, MASKED,
-                                  MASKED_FP8_OUT, NO_HEAD_SPLITS, PSUM, SKIP_HEAD_MID, HeadSplits)
+from .fp8_gemm_1d2d_args import (BMM, CONTIGUOUS, CONTIGUOUS_FP8_OUT, CONTIGUOUS_SWIGLU, DENSE, DENSE_FP8_OUT,
+                                  GEMM_TYPES, MASKED, MASKED_FP8_OUT, MASKED_SWIGLU, NO_HEAD_SPLITS, PSUM,
+                                  SKIP_HEAD_MID, HeadSplits)
 from .plan import POINTER, TENSOR_MAP, U32, ParamBuffer, make_plan
 from .variant import Family
 
@@ -42,7 +43,8 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
     kinds load SA MN-major by TMA and SB per tile. `head_splits` (left, mid, right): a dense GEMM whose every head
     of left + right columns is stored as left | mid skipped columns | right (fp8_gemm_nt_skip_head_mid).
     `fp8_out`: a dense GEMM whose D is e4m3 with per-row 1 x 128 scales computed in the epilogue
-    (fp8_gemm_nt_fp8_out)."""
+    (fp8_gemm_nt_fp8_out); a SwiGLU instance: the contiguous or masked gate/up GEMM whose epilogue applies SwiGLU
+    before that quantisation (kSwiGLU, kActivationClampBits)."""
     if (kind == KernelType.M_GROUPED_PSUM) != (psum_alignment > 0):
         raise ValueError(f"psum_alignment must be > 0 exactly for the psum layout, got {psum_alignment} for {kind}")
     left, mid, right = head_splits
@@ -53,8 +55,10 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
                  kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m,
                  kOneMBlock=config.a_box_rows > 0 and kind == KernelType.BATCHED,
                  kClusterSplitsK=config.cluster_k_splits, kHeadSplitLeft=left, kHeadSplitMid=mid,
-                 kHeadSplitRight=right, kFP8Out=fp8_out)
-    name = _NAMES[kind] + ("_skip_head_mid" if left + right else "") + ("_fp8_out" if fp8_out else "")
+                 kHeadSplitRight=right, kFP8Out=bool(fp8_out), kSwiGLU=isinstance(fp8_out, SwiGLU),
+                 kActivationClampBits=fp8_out.clamp_bits if isinstance(fp8_out, SwiGLU) else 0)
+    name = _NAMES[kind] + ("_skip_head_mid" if left + right else "") + \
+        ("_swiglu" if isinstance(fp8_out, SwiGLU) else "_fp8_out" if fp8_out else "")
     return jit.KernelSource(name=name, header=HEADER, function=FUNCTION, config=named)
 
 
@@ -121,7 +125,8 @@ def warmup_precompile(variant: str, shape: dict, num_sms: int, arch: str) -> Non
     """The first-sight precompile of a dense or contiguous warm-up shape (`Family.precompile`); the kernels of the
     other variants depend on their rows per group, not on (n, k) alone (and head-split and FP8-output GEMMs have
     no first-sight precompile)."""
-    if variant in (SKIP_HEAD_MID.name, DENSE_FP8_OUT.name, CONTIGUOUS_FP8_OUT.name, MASKED_FP8_OUT.name):
+    if variant in (SKIP_HEAD_MID.name, DENSE_FP8_OUT.name, CONTIGUOUS_FP8_OUT.name, MASKED_FP8_OUT.name,
+                   CONTIGUOUS_SWIGLU.name, MASKED_SWIGLU.name):
         return
     kind = KernelType(variant)
     if not has_group_row_ends(kind):
@@ -190,7 +195,7 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     elif kind == KernelType.M_GROUPED_MASKED:
         m_max = a.shape[1]
         rows = num_groups * m_max
-        a2, out2 = a.view(rows, k), out.view(rows, n)
+        a2, out2 = a.view(rows, k), out.view(rows, out.shape[-1])
         sa_inner, sa_outer, sa_stride = m_max, num_groups * kb, sa.stride(2) if kb > 1 else \
             get_tma_aligned_size(m_max, 4)
         shape_m = m_max
@@ -217,7 +222,10 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
         params.tensor_map("tensor_map_sa", 1, 4, (sa_inner, sa_outer), (sa_stride,), (cfg.block_m, 1), 0,
                           l2_promotion=False)
     # NOTES: each math warpgroup stores its own 64-row stripes of the tile, hence a 64-row box.
-    if fp8_out:  # e4m3 bytes in 128-byte column atoms, 128-byte swizzle (FP8RowScaleEpilogue)
+    swiglu = isinstance(fp8_out, SwiGLU)
+    if swiglu:  # D [rows, n / 2] e4m3: 64 bytes per tile row, 64-byte swizzle (SwiGLUFP8Epilogue)
+        params.tensor_map("tensor_map_d", 4, 1, (n // 2, rows), (out_row_stride,), (64, 64), 64)
+    elif fp8_out:  # e4m3 bytes in 128-byte column atoms, 128-byte swizzle (FP8RowScaleEpilogue)
         params.tensor_map("tensor_map_d", 4, 1, (n, rows), (out_row_stride,), (128, 64), 128)
     else:
         d_box = cfg.block_n if cfg.swizzle_d_bytes == 0 else cfg.swizzle_d_bytes // 2
@@ -265,6 +273,12 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
     if variant == MASKED_FP8_OUT.name:
         return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.M_GROUPED_MASKED, ms,
                                shape["num_groups"], fp8_out=True)
+    if variant == CONTIGUOUS_SWIGLU.name:
+        return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.M_GROUPED_CONTIGUOUS, ms,
+                               fp8_out=SwiGLU())
+    if variant == MASKED_SWIGLU.name:
+        return runtime_kernels(shape["n"], shape["k"], num_sms, arch, KernelType.M_GROUPED_MASKED, ms,
+                               shape["num_groups"], fp8_out=SwiGLU())
     kind = KernelType(variant)
     groups = shape.get("num_groups", shape.get("num_batches", 1))
     return runtime_kernels(shape["n"], shape["k"], num_sms, arch, kind, ms, groups,
@@ -273,5 +287,6 @@ def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_s
 
 FAMILY = Family(FAMILY_NAME, HEADER, FUNCTION, PARAMS, ("sm_90a",), (DENSE, CONTIGUOUS, MASKED, PSUM, BMM,
                                                                      SKIP_HEAD_MID, DENSE_FP8_OUT,
-                                                                     CONTIGUOUS_FP8_OUT, MASKED_FP8_OUT),
+                                                                     CONTIGUOUS_FP8_OUT, MASKED_FP8_OUT,
+                                                                     CONTIGUOUS_SWIGLU, MASKED_SWIGLU),
                 build_plan, clear_kernels, call_kernel, warmup_kernels, warmup_precompile)

@@ -1,8 +1,8 @@
 """Kernel-configuration heuristics: pure Python, no GPU needed, memoised."""
-from .common import GemmProblem, GemmConfig, KernelType
+from .common import GemmProblem, GemmConfig, KernelType, SwiGLU
 from .sm90 import get_sm90_config, sm90_smem_size
 
-__all__ = ["GemmProblem", "GemmConfig", "KernelType", "get_config", "get_sm90_config", "sm90_smem_size"]
+__all__ = ["GemmProblem", "GemmConfig", "KernelType", "SwiGLU", "get_config", "get_sm90_config", "sm90_smem_size"]
 
 
 def get_config(problem: GemmProblem) -> GemmConfig:

@@ -1,7 +1,7 @@
 """Arch-neutral problem/config types and wave arithmetic."""
 import enum
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -40,6 +40,19 @@ def has_group_row_ends(kind: KernelType) -> bool:
 M_ALIGNMENT_CONTIGUOUS = 128
 
 
+# The float32 bits of +inf: a SwiGLU epilogue without activation clamp.
+NO_CLAMP_BITS = 0x7F800000
+
+
+@dataclass(frozen=True)
+class SwiGLU:
+    """An FP8-output grouped GEMM whose epilogue applies SwiGLU (the MoE gate/up projection; B's gate and up rows
+    interleaved in runs of 64 by deep_gemm.utils.interleave_swiglu_weights): its D has n / 2 columns, act =
+    SiLU(min(gate, clamp)) * clamp(up, -clamp, clamp), quantised per row and 128 output columns. `clamp_bits`: the
+    clamp's float32 bits (NO_CLAMP_BITS: none), a compile-time constant of the kernel."""
+    clamp_bits: int = NO_CLAMP_BITS
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     """What the heuristics see: the shape, the SM budget and the target.
@@ -58,8 +71,9 @@ class GemmProblem:
     # output columns are remapped in runs (fp8_gemm_nt_skip_head_mid's head parts).
     n_segment: int = 0
     # A dense, contiguous or masked GEMM whose epilogue writes e4m3 with one scale per row and 128 columns (FP8
-    # output): every tile holds whole 128-column groups (BLOCK_N a multiple of 128).
-    fp8_out: bool = False
+    # output): every tile holds whole 128-column groups (BLOCK_N a multiple of 128). A SwiGLU instance: the
+    # contiguous or masked gate/up GEMM whose epilogue applies SwiGLU first (n a multiple of 256).
+    fp8_out: Union[bool, SwiGLU] = False
 
     def __post_init__(self):
         for name in ("m", "n", "k"):
@@ -74,6 +88,8 @@ class GemmProblem:
         if self.fp8_out and (self.kernel_type not in (KernelType.NORMAL, KernelType.M_GROUPED_CONTIGUOUS,
                                                       KernelType.M_GROUPED_MASKED) or self.n_segment):
             raise ValueError("GemmProblem.fp8_out is a dense, contiguous or masked GEMM's, without head splits")
+        if isinstance(self.fp8_out, SwiGLU) and (self.kernel_type == KernelType.NORMAL or self.n % 256):
+            raise ValueError("GemmProblem.fp8_out = SwiGLU(...) is a contiguous or masked GEMM's with n % 256 == 0")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ import functools
 import math
 from typing import Optional, Tuple
 
-from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, a_rows_per_stage, align,
+from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, SwiGLU, a_rows_per_stage, align,
                      ceil_div, has_group_row_ends, walks_groups, last_wave_util, min_sms_for_waves, num_waves)
 
 SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
@@ -46,16 +46,17 @@ def swizzle_d_bytes(block_n: int) -> int:
 
 
 def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, gather_scales: bool = False,
-                   cluster_k_splits: int = 1) -> int:
+                   cluster_k_splits: int = 1, paired_scales: bool = False) -> int:
     """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality);
     `gather_scales`: the kernel's kGatherScales (the batched GEMM); `cluster_k_splits` > 1: the D region holds the
-    FP32 partial tile and two barriers."""
+    FP32 partial tile and two barriers; `paired_scales`: the SwiGLU GEMM, two RHS scale blocks per tile."""
     num_k_blocks = ceil_div(k, BLOCK_K)
     d = align(block_m * block_n * 4 + 16, 1024) if cluster_k_splits > 1 else align(block_m * block_n * 2, 1024)
     stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
     # RHS scales: per tile [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32, or per stage [2] fp32
     sb = align(num_stages * 2 * 4, 8) if gather_scales else \
-        align(num_math_threads(block_m) // 128 * 2 * num_k_blocks * (2 if may_straddle(block_n) else 1) * 4, 8)
+        align(num_math_threads(block_m) // 128 * 2 * num_k_blocks *
+              (2 if may_straddle(block_n) or paired_scales else 1) * 4, 8)
     return d + num_stages * stage + sb + num_stages * 2 * 8
 
 
@@ -307,13 +308,14 @@ def batched_a_box_rows(m: int, block_m: int) -> int:
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
                       multicast_on_a: bool = True, max_stages: int = MAX_STAGES,
                       full_grid: bool = False, num_groups: int = 1, a_box_rows: int = 0,
-                      gather_scales: bool = False, cluster_k_splits: int = 1) -> GemmConfig:
+                      gather_scales: bool = False, cluster_k_splits: int = 1,
+                      paired_scales: bool = False) -> GemmConfig:
     """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
     the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the device
     knows). `num_groups`: batches of a batched GEMM, whose tiles repeat per batch; `a_box_rows`: see GemmConfig;
     `gather_scales`: the kernel gathers its scales per stage (the batched GEMM); `cluster_k_splits` CTAs of a
     cluster per dense tile, each K blocks / splits of them (a divisor; not picked by the heuristic yet). Also used by tools/
-    to time configurations the heuristic did not pick."""
+    to time configurations the heuristic did not pick. `paired_scales`: the SwiGLU GEMM (sm90_smem_size)."""
     if a_box_rows and num_multicast > 1 and not gather_scales:
         raise ValueError("a dense GEMM loads fewer A rows per stage only without multicast")
     splits = cluster_k_splits
@@ -322,7 +324,7 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
         raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs without multicast whose {ceil_div(k, BLOCK_K)} "
                          f"K blocks they divide")
     stages = next((s for s in range(max_stages, 0, -1)
-                   if sm90_smem_size(k, block_m, block_n, s, gather_scales, splits) <= SMEM_BUDGET), 0)
+                   if sm90_smem_size(k, block_m, block_n, s, gather_scales, splits, paired_scales) <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
     m_blocks = ceil_div(m, block_m)
@@ -336,16 +338,28 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
         clusters = num_sms // splits
         grid = min(clusters, min_sms_for_waves(tiles, num_waves(tiles, clusters), 1)) * splits
     if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
+        if paired_scales:
+            raise ValueError(f"the SwiGLU GEMM needs clusters of two CTAs: {num_sms} SMs give an odd grid")
         num_multicast, multicast_on_a, grid = 1, True, min(num_sms, min_sms_for_waves(tiles, waves, 1))
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
                       num_multicast=num_multicast, multicast_on_a=multicast_on_a,
                       swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
-                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales, splits),
+                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales, splits, paired_scales),
                       num_threads=num_math_threads(block_m) + 128, a_box_rows=a_box_rows, cluster_k_splits=splits)
 
 
+def _swiglu_config(m: int, n: int, k: int, sms: int, kind: KernelType) -> GemmConfig:
+    """The SwiGLU GEMM's configuration: 128-wide tiles (64 gate and 64 up columns) in clusters of two CTAs
+    multicasting A, whose N blocks 2p and 2p + 1 are the two halves of output scale group p (SwiGLUFP8Epilogue
+    exchanges their rows' amax); 64-row tiles for at most 64 rows (per group, masked), else 128."""
+    bm = 64 if m <= 64 else 128
+    return build_sm90_config(m, n, k, bm, 128, sms, 2, True, full_grid=walks_groups(kind), paired_scales=True)
+
+
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
-               groups: int = 1, n_segment: int = 0, fp8_out: bool = False) -> GemmConfig:
+               groups: int = 1, n_segment: int = 0, fp8_out=False) -> GemmConfig:
+    if isinstance(fp8_out, SwiGLU):
+        return _swiglu_config(m, n, k, sms, kind)
     masked = walks_groups(kind)
     if kind == KernelType.BATCHED:
         bm, bn, _ = _pick_batched_blocks(m, n, k, sms, groups)

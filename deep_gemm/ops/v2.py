@@ -23,12 +23,14 @@ default: scales are ROUNDED UP TO POWERS OF TWO (UE8M0) and applied by the block
 are accepted there too. The May-2025 names always use the exact float32 scales.
 """
 import numbers
+import struct
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
 from ..runtime import VARIANTS, Op, call, families_of, get_compile_mode
 from ..device import get_device_arch
+from ..heuristics.common import NO_CLAMP_BITS
 from ..utils.layout import get_mk_alignment_for_contiguous_layout, get_mn_major_tma_aligned_tensor
 from .gemm import gemm_fp8_fp8_bf16_nt
 from .grouped import m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked
@@ -36,6 +38,7 @@ from .wgrad import k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32
 
 __all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gemm_tt", "fp8_gemm_nt_fp8_out",
            "m_grouped_fp8_gemm_nt_contiguous_fp8_out", "m_grouped_fp8_gemm_nt_masked_fp8_out",
+           "m_grouped_fp8_gemm_nt_contiguous_swiglu", "m_grouped_fp8_gemm_nt_masked_swiglu",
            "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
            "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nn_contiguous",
            "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nn_contiguous",
@@ -46,6 +49,7 @@ __all__ = ["fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gem
 _PSUM = int(Op.PSUM)
 _DENSE_FP8_OUT, _CONTIGUOUS_FP8_OUT, _MASKED_FP8_OUT = (int(Op.DENSE_FP8_OUT), int(Op.CONTIGUOUS_FP8_OUT),
                                                        int(Op.MASKED_FP8_OUT))
+_CONTIGUOUS_SWIGLU, _MASKED_SWIGLU = int(Op.CONTIGUOUS_SWIGLU), int(Op.MASKED_SWIGLU)
 # The variant of a v2 call on sm_100, by scale path (`scale_path`): the exact FP32 scales run the May-2025 names'
 # variants, UE8M0 its own.
 _DENSE = {"fp32": int(Op.DENSE), "ue8m0": int(Op.DENSE_UE8M0)}
@@ -213,6 +217,42 @@ def m_grouped_fp8_gemm_nt_masked_fp8_out(a, b, d, masked_m: torch.Tensor, expect
     masked_m[g] of D and SFD stay untouched. Asynchronous, no host synchronisation, CUDA-graph safe."""
     call(_MASKED_FP8_OUT, tuple(a) if isinstance(a, list) else a, tuple(b) if isinstance(b, list) else b,
          tuple(d) if isinstance(d, list) else d, masked_m, expected_m)
+
+
+def _clamp_bits(activation_clamp) -> int:
+    """activation_clamp (None: no clamp) as the float32 bits the SwiGLU kernels are compiled with."""
+    if activation_clamp is None:
+        return NO_CLAMP_BITS
+    if isinstance(activation_clamp, bool) or not isinstance(activation_clamp, numbers.Real):
+        raise TypeError(f"activation_clamp must be a float or None, got {type(activation_clamp).__name__}")
+    value = float(activation_clamp)
+    if not value > 0:
+        raise ValueError(f"activation_clamp must be > 0 (or None), got {value}")
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def m_grouped_fp8_gemm_nt_contiguous_swiglu(a, b, d, m_indices: torch.Tensor,
+                                            activation_clamp: Optional[float] = None) -> None:
+    """The MoE gate/up projection with SwiGLU and FP8 output in one contiguous GEMM (sm_90a; not a DeepGEMM v2.6.1
+    name): b = (B [G, 2I, k], SFB [G, 2I/128, ceil(k/128)]) with B's rows interleaved by
+    `deep_gemm.utils.interleave_swiglu_weights` (SFB as it was), I a multiple of 128; a and m_indices as
+    `m_grouped_fp8_gemm_nt_contiguous`'s; d = (D [M, I] float8_e4m3fn, SFD [M, I/128] float32 MN-major).
+    D = the 1 x 128 quantisation (as `fp8_gemm_nt_fp8_out`'s) of SiLU(gate) * up, computed in FP32 from the GEMM's
+    accumulators, gate = min(gate, c) and up clamped to [-c, c] with c = activation_clamp (None: no clamp). (D, SFD)
+    is the down projection's `a` as it is. Padding rows get zeros and the floor scale. Asynchronous, CUDA-graph safe."""
+    call(_CONTIGUOUS_SWIGLU, tuple(a) if isinstance(a, list) else a, tuple(b) if isinstance(b, list) else b,
+         tuple(d) if isinstance(d, list) else d, m_indices, _clamp_bits(activation_clamp))
+
+
+def m_grouped_fp8_gemm_nt_masked_swiglu(a, b, d, masked_m: torch.Tensor, expected_m: int,
+                                        activation_clamp: Optional[float] = None) -> None:
+    """The masked MoE gate/up projection with SwiGLU and FP8 output (sm_90a; not a DeepGEMM v2.6.1 name): as
+    `m_grouped_fp8_gemm_nt_contiguous_swiglu`, with a, masked_m and expected_m as `m_grouped_fp8_gemm_nt_masked`'s
+    and d = (D [G, m_max, I] float8_e4m3fn, SFD [G, m_max, I/128] float32 in the layout
+    `get_mn_major_tma_aligned_tensor` returns: the masked down projection's `a` as it is). Rows >= masked_m[g] of D
+    and SFD stay untouched. Asynchronous, no host synchronisation, CUDA-graph safe."""
+    call(_MASKED_SWIGLU, tuple(a) if isinstance(a, list) else a, tuple(b) if isinstance(b, list) else b,
+         tuple(d) if isinstance(d, list) else d, masked_m, expected_m, _clamp_bits(activation_clamp))
 
 
 def _t(pair) -> tuple:

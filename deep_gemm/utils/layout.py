@@ -19,7 +19,12 @@ __all__ = ["get_tma_aligned_size", "get_mn_major_tma_aligned_tensor", "get_col_m
            "get_mn_major_tma_aligned_packed_ue8m0_tensor", "get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor",
            "transform_sf_into_required_layout", "get_mk_alignment_for_contiguous_layout",
            "set_mk_alignment_for_contiguous_layout", "get_theoretical_mk_alignment_for_contiguous_layout",
-           "get_m_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout"]
+           "get_m_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
+           "interleave_swiglu_weights", "SWIGLU_INTERLEAVE_ROWS"]
+
+# The run length of gate and up rows in a SwiGLU GEMM's weights (interleave_swiglu_weights): a 128-wide tile holds one
+# run of each, so each thread holds a gate value and its up value (SwiGLUFP8Epilogue).
+SWIGLU_INTERLEAVE_ROWS = 64
 
 _mk_alignment = M_ALIGNMENT_CONTIGUOUS
 
@@ -154,3 +159,25 @@ def get_theoretical_mk_alignment_for_contiguous_layout(expected_m: Optional[int]
 
 get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
 get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
+
+
+def interleave_swiglu_weights(w):
+    """The MoE gate/up weights as the SwiGLU GEMMs (`m_grouped_fp8_gemm_nt_{contiguous,masked}_swiglu`) take them,
+    once at load time: `w` = (B [G, 2I, k] e4m3 or [2I, k], SFB [G, 2I/128, ceil(k/128)] or 2-D) with gate rows
+    [0, I) and up rows [I, 2I), I a multiple of 128, or a plain tensor [G, 2I, k] / [2I, k] of any dtype. Returns B
+    with its rows interleaved in runs of SWIGLU_INTERLEAVE_ROWS (gate 0-63, up 0-63, gate 64-127, up 64-127, ...),
+    a new tensor, and SFB as it is (the pair): its 128-row blocks stay in gate | up order, and the kernel takes the
+    gate and up blocks of each run from there, so the weights' values and scales are exactly the original ones."""
+    pair = isinstance(w, (tuple, list))
+    b = w[0] if pair else w
+    if not isinstance(b, torch.Tensor) or b.dim() not in (2, 3):
+        raise TypeError(f"w must be a tensor [G, 2I, k] / [2I, k] or a (tensor, scales) pair, got "
+                        f"{type(b).__name__ if not isinstance(b, torch.Tensor) else tuple(b.shape)}")
+    rows = b.shape[-2]
+    if rows % 256:
+        raise ValueError(f"w: the gate/up rows (2 x the intermediate size) must be a multiple of 256, got {rows}")
+    runs = rows // 2 // SWIGLU_INTERLEAVE_ROWS
+    lead, k = b.shape[:-2], b.shape[-1]
+    halves = b.reshape(*lead, 2, runs, SWIGLU_INTERLEAVE_ROWS, k)
+    out = halves.transpose(-4, -3).contiguous().reshape(*lead, rows, k)
+    return (out, w[1]) if pair else out

@@ -275,3 +275,26 @@ def test_grouped_fp8_out_kernels_compile_without_spills(kind_name, m, n):
     assert "cvt.rn.satfinite.e4m3x2.f32" in result.ptx
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
     assert spills and all(s == ("0", "0") for s in spills), result.log
+
+
+@pytest.mark.parametrize("kind_name,m,clamp_bits", [("M_GROUPED_MASKED", 8, 0x7F800000),
+                                                    ("M_GROUPED_MASKED", 200, 0x41200000),
+                                                    ("M_GROUPED_CONTIGUOUS", 8192, 0x7F800000)])
+def test_swiglu_kernels_compile_without_spills(kind_name, m, clamp_bits):
+    """The SwiGLU gate/up kernels (SwiGLUFP8Epilogue): 128-wide tiles in A-multicast pairs whose CTAs exchange their
+    rows' amax through distributed shared memory, paired gate / up RHS scales, 64 and 128 rows; no spills, the
+    cluster exchange and the e4m3 conversion in the PTX."""
+    from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_config
+    from deep_gemm.heuristics import KernelType, SwiGLU
+    kind = KernelType[kind_name]
+    swiglu = SwiGLU(clamp_bits)
+    config = kernel_config(m, 4096, 7168, 132, ARCH, kind, 8, fp8_out=swiglu)
+    assert (config.block_n, config.num_multicast, config.multicast_on_a) == (128, 2, True), config
+    assert config.block_m == (64 if m <= 64 else 128), config
+    source = kernel_source(4096, 7168, config, kind, fp8_out=swiglu)
+    assert source.name.endswith("_swiglu")
+    result = NVRTCCompiler().compile(source.code(), ARCH, want_ptx=True, ptxas_verbose=True)
+    check_cubin(result.cubin)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in result.ptx and "ld.shared::cluster.v2.f32" in result.ptx
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    assert spills and all(s == ("0", "0") for s in spills), result.log

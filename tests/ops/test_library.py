@@ -22,7 +22,8 @@ def test_every_public_gemm_is_in_the_robustness_registry():
     public |= {"bf16_gemm_nt", "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"}
     public |= {"einsum", "tf32_hc_prenorm_gemm"}   # fp8_einsum runs the FP8 BMM (its spec covers the kernel)
     public |= {"fp8_gemm_nt_skip_head_mid", "fp8_gemm_nt_fp8_out", "m_grouped_fp8_gemm_nt_contiguous_fp8_out",
-               "m_grouped_fp8_gemm_nt_masked_fp8_out"}
+               "m_grouped_fp8_gemm_nt_masked_fp8_out", "m_grouped_fp8_gemm_nt_contiguous_swiglu",
+               "m_grouped_fp8_gemm_nt_masked_swiglu"}
     assert public | set(library.OPS) == {s.name for s in SPECS}
     assert set(library.OPS) == {s.name for s in OPERATOR_SPECS}
 

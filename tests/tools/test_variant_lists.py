@@ -17,7 +17,7 @@ SM90_GEMMS = runtime.variants_on("sm_90a", gemm=True)
 
 def test_the_registry_lists():
     assert SM90_GEMMS == ("dense", "contiguous", "masked", "psum", "bmm", "skip_head_mid", "dense_fp8_out",
-                          "contiguous_fp8_out", "masked_fp8_out", "wgrad", "k_grouped", "bf16", "bf16_contiguous",
+                          "contiguous_fp8_out", "masked_fp8_out", "contiguous_swiglu", "masked_swiglu", "wgrad", "k_grouped", "bf16", "bf16_contiguous",
                           "bf16_masked", "einsum", "tf32_hc_prenorm")
     assert runtime.variants_on("sm_90a", gemm=False) == ("pack_ue8m0", "pack_ue8m0_k_grouped", "mqa_logits",
                                                           "paged_mqa_logits", "fp8_cast_per_token",

@@ -211,6 +211,145 @@ struct FP8RowScaleEpilogue {
     }
 };
 
+// The MoE gate/up projection's epilogue with SwiGLU and FP8 output (fp8_gemm_1d2d.cuh, Config::kSwiGLU). B's gate and
+// up rows are interleaved in runs of 64 (interleave_swiglu_weights), so a 128-wide tile's WGMMA chunks 0-7 hold gate
+// columns j..j + 63 and chunks 8-15 the up columns of the same j, in the same thread: the tile's 64 output columns
+// are act = SiLU(min(gate, clamp)) * min(max(up, -clamp), clamp) (clamp = +inf: none), in FP32. A 1 x 128 scale
+// group spans two tiles: the two CTAs of the cluster (A multicast pairs N blocks 2p and 2p + 1 of one M block) each
+// compute their rows' amax over their 64 columns and exchange them through distributed shared memory (barriers
+// `ready` and `drained` per tile, one release arrival per math warp of each CTA, as ClusterSplitEpilogue), so both
+// derive the same scale, max(amax, 1e-4) * RN(1/448) as FP8RowScaleEpilogue. D: [BLOCK_M][64 B] e4m3 with the
+// 64-byte TMA swizzle (box 64 x 64 per 64-row sub-tile); the scales: cluster rank 0's quads' first lanes.
+// Shared memory (the shell's D region): the D tile, then a float2 of amaxes per quad and sub-tile, then the barriers.
+template <uint32_t BLOCK_M, uint32_t kNumMathThreads>
+struct SwiGLUFP8Epilogue {
+    static constexpr uint32_t kOutCols = 64;  // output columns (e4m3 bytes) of a tile row
+    static constexpr uint32_t kNumSubTiles = BLOCK_M / (64 * (kNumMathThreads / 128));
+    static constexpr uint32_t kTileBytes = BLOCK_M * kOutCols;
+    static constexpr uint32_t kAmaxBytes = kNumSubTiles * (kNumMathThreads / 4) * 8;
+    static constexpr uint32_t kSmemBytes = kTileBytes + kAmaxBytes + 2 * sizeof(Barrier);
+    static constexpr uint32_t kAmaxFloorBits = 0x38d1b717u;  // float(1e-4), the casts' clamp bound
+    static constexpr float kInvFp8Max = 0x1.24924ap-9f;      // RN(1 / 448)
+
+    uint32_t amax_addr;  // shared address of this thread's quad's float2 in sub-tile 0
+    Barrier* ready;
+    Barrier* drained;
+    uint32_t rank;
+    uint32_t phase;
+
+    __device__ __forceinline__ SwiGLUFP8Epilogue(uint8_t* smem_d, uint32_t thread)
+        : amax_addr(smem_u32(smem_d + kTileBytes) + thread / 4 * 8),
+          ready(reinterpret_cast<Barrier*>(smem_d + kTileBytes + kAmaxBytes)),
+          drained(ready + 1),
+          rank(block_rank_in_cluster()),
+          phase(0) {}
+
+    // One thread, before the cluster synchronises (the kernel, ahead of the shell's setup).
+    __device__ __forceinline__ static void init(uint8_t* smem_d) {
+        auto* barriers = reinterpret_cast<Barrier*>(smem_d + kTileBytes + kAmaxBytes);
+        barriers[0].init(2 * kNumMathThreads / 32);
+        barriers[1].init(2 * kNumMathThreads / 32);
+        fence_barrier_init();
+    }
+
+    __device__ __forceinline__ static float activation(float gate, float up, float clamp) {
+        gate = fminf(gate, clamp);
+        up = fminf(fmaxf(up, -clamp), clamp);
+        return gate / (1.0f + expf(-gate)) * up;
+    }
+
+    // The tile's activations in place of its gate accumulators (chunks 0-7), and this thread's rows' amax over the
+    // cluster's 128 columns: `amax[s][h]` for rows lane_row + 8h of sub-tile s.
+    __device__ __forceinline__ void activate(float (&acc)[kNumSubTiles][64], float clamp, uint32_t lane,
+                                             float (&amax)[kNumSubTiles][2]) {
+        #pragma unroll
+        for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+            #pragma unroll
+            for (uint32_t h = 0; h < 2; ++h) {
+                float m = 0.0f;
+                #pragma unroll
+                for (uint32_t c = 0; c < 8; ++c) {
+                    #pragma unroll
+                    for (uint32_t i = 0; i < 2; ++i) {
+                        const uint32_t j = c * 4 + h * 2 + i;
+                        acc[s][j] = activation(acc[s][j], acc[s][j + 32], clamp);
+                        m = fmaxf(m, fabsf(acc[s][j]));
+                    }
+                }
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                amax[s][h] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            }
+        }
+        // The exchange: once the peer has read this CTA's previous amaxes, publish these, then read the peer's.
+        drained->wait_cluster_acquire(phase ^ 1);
+        if (lane % 4 == 0) {
+            #pragma unroll
+            for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};"
+                             :: "r"(amax_addr + s * (kNumMathThreads / 4) * 8), "f"(amax[s][0]), "f"(amax[s][1])
+                             : "memory");
+        }
+        __syncwarp();
+        if (lane < 2)
+            ready->arrive_cluster_release(lane);
+        ready->wait_cluster_acquire(phase);
+        #pragma unroll
+        for (uint32_t s = 0; s < kNumSubTiles; ++s) {
+            const float2 peer = ld_shared_cluster_v2_f32(amax_addr + s * (kNumMathThreads / 4) * 8, rank ^ 1);
+            amax[s][0] = fmaxf(amax[s][0], peer.x);  // max is symmetric: both CTAs get the same value
+            amax[s][1] = fmaxf(amax[s][1], peer.y);
+        }
+        __syncwarp();
+        if (lane < 2)
+            drained->arrive_cluster_release(lane);
+        phase ^= 1;
+    }
+
+    // One warp's 16 rows of sub-tile s (activations in chunks 0-7 of `acc`) as e4m3 into the D tile, and (cluster
+    // rank 0) the rows' scales at sf[sf_row0 + row] for tile rows < valid_rows (sf: the scale group's column).
+    __device__ __forceinline__ void write_warp(uint8_t* smem_d, const float* acc, const float (&amax)[2],
+                                               uint32_t row0, uint32_t lane, float* sf, uint32_t sf_row0,
+                                               uint32_t valid_rows) const {
+        #pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+            const float scale = fmaxf(amax[h], __uint_as_float(kAmaxFloorBits)) * kInvFp8Max;
+            const float inverse = __frcp_rn(scale);
+            const uint32_t row = row0 + lane / 4 + h * 8;
+            if (rank == 0 and lane % 4 == 0 and row < valid_rows)
+                sf[sf_row0 + row] = scale;
+            #pragma unroll
+            for (uint32_t c = 0; c < 8; ++c) {
+                uint16_t pair;
+                asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
+                    : "=h"(pair) : "f"(acc[c * 4 + h * 2 + 1] * inverse), "f"(acc[c * 4 + h * 2] * inverse));
+                const uint32_t offset = swizzled_offset<kOutCols, 64, kTileBytes>(row, c * 8 + (lane % 4) * 2);
+                asm volatile("st.shared.u16 [%0], %1;" :: "r"(smem_u32(smem_d) + offset), "h"(pair) : "memory");
+            }
+        }
+    }
+
+    // The 64 rows from `row0` copied by a warpgroup's 128 threads with 16-byte stores, tile rows >= valid_rows
+    // skipped (a masked group's last block).
+    __device__ __forceinline__ static void copy_rows(const uint8_t* smem_d, uint32_t row0, uint32_t valid_rows,
+                                                     uint8_t* d, uint32_t row_stride, uint32_t m_start,
+                                                     uint32_t n_start, uint32_t thread) {
+        #pragma unroll 1
+        for (uint32_t i = thread; i < 64 * 4; i += 128) {
+            const uint32_t row = row0 + i / 4, chunk = i % 4;
+            if (row < valid_rows)
+                copy_16b_shared_to_global(d + static_cast<uint64_t>(m_start + row) * row_stride + n_start + chunk * 16,
+                                          smem_d + swizzled_offset<kOutCols, 64, kTileBytes>(row, chunk * 16));
+        }
+    }
+
+    // TMA store of the 64 rows from `row0` (one thread; D's map: e4m3 bytes, box 64 x 64, 64-byte swizzle).
+    __device__ __forceinline__ static void store_rows(const TmaDescriptor* tensor_map_d, const uint8_t* smem_d,
+                                                      uint32_t row0, uint32_t m_start, uint32_t n_start) {
+        tma_store_2d(tensor_map_d, smem_d + row0 * kOutCols, static_cast<int32_t>(n_start),
+                     static_cast<int32_t>(m_start + row0));
+    }
+};
+
 // One warp's 16 x BLOCK_N slice of a 64-row FP32 accumulator into a shared-memory tile of kSwizzleBytes-wide column
 // atoms ([64 rows][S bytes] each, S / 4 floats, 16-byte chunks swizzled as TMA's S-byte mode expects); accumulator
 // layout as in BF16Epilogue.

@@ -29,14 +29,20 @@ namespace deep_gemm::sm90 {
 // as kSmemSize, and the kernel static-asserts that the two agree.
 // With cluster K splits the D region holds the FP32 partial tile and its two barriers instead.
 template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales,
-          uint32_t kClusterSplits = 1>
+          uint32_t kClusterSplits = 1, bool kPairedScales = false>
 constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * (kClusterSplits > 1 ? 4 : 2) +
                                                   (kClusterSplits > 1 ? 16 : 0), 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
-    return d + kNumStages * stage + fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>() +
+    return d + kNumStages * stage +
+           fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales, kPairedScales>() +
            kNumStages * 2 * 8;
 }
+
+// The SwiGLU epilogue's state where there is none (every kernel but kSwiGLU's).
+struct NoClusterExchange {
+    __device__ __forceinline__ NoClusterExchange(uint8_t*, uint32_t) {}
+};
 
 // What this kernel's epilogue writes of a tile, and where: D through the BF16 epilogue's shared-memory tile and a TMA
 // store, except rows that a TMA box cannot express (a group's last, partial block: the warpgroup copies its valid rows
@@ -105,6 +111,49 @@ struct FP8GemmOutput {
             for (uint32_t i = 0; i < kNumAccum; ++i)
                 accum[i] = row_ok[(i / 2) % 2] ? accum[i] : 0.0f;
         }
+    }
+
+    // The SwiGLU GEMM's tile (Config::kSwiGLU; SwiGLUFP8Epilogue): the activations of its 64 output columns from
+    // n_start / 2, quantised with the cluster pair's common row scales (scale group n_start / 256; masked: per group,
+    // as kFP8Out's). Contiguous rows of another expert are zeros (their gate and up are), with the floor scale.
+    template <typename SwiGLU>
+    __device__ __forceinline__ void store_swiglu(const Tile& tile, uint32_t n_start, const MathWarpgroup& wg,
+                                                 uint8_t* smem_d, float (&final_accum)[kNumSubTiles][kNumAccum],
+                                                 const int32_t (&row_expert)[kNumSubTiles][2], SwiGLU& swiglu) const {
+        constexpr bool kMasked = kGemmType == GemmType::MGroupedMasked;
+        constexpr uint32_t kOutN = SHAPE_N / 2;
+        constexpr uint32_t kColumnGroups = kOutN / 128;
+        const uint32_t group_row0 = kMasked ? tile.group * shape_m : 0u;
+        const uint32_t valid_rows = kMasked ? tile.valid_rows
+                                            : (tile.row_base < shape_m ? shape_m - tile.row_base : 0u);
+        const uint32_t out_start = n_start / 2;
+        float* sf = d_sf + static_cast<uint64_t>((kMasked ? tile.group * kColumnGroups : 0u) + out_start / 128) *
+                               d_sf_stride;
+        #pragma unroll
+        for (uint32_t s = 0; s < kNumSubTiles; ++s)
+            zero_other_experts(tile, final_accum[s], row_expert[s]);
+        float amax[kNumSubTiles][2];
+        swiglu.activate(final_accum, __uint_as_float(Config::kActivationClampBits), wg.lane_idx, amax);
+        wg.store_tile(
+            [&] {
+                #pragma unroll
+                for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                    swiglu.write_warp(smem_d, final_accum[s], amax[s], wg.sub_tile_row(s) + wg.warp_row, wg.lane_idx,
+                                      sf, tile.row_base - group_row0, valid_rows);
+            },
+            [&](bool is_leader) {
+                if (kMasked and valid_rows < BLOCK_M) {
+                    #pragma unroll
+                    for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                        SwiGLU::copy_rows(smem_d, wg.sub_tile_row(s), valid_rows, d, d_row_stride, tile.row_base,
+                                          out_start, wg.wg_thread);
+                } else if (is_leader) {
+                    #pragma unroll
+                    for (uint32_t s = 0; s < kNumSubTiles; ++s)
+                        SwiGLU::store_rows(tensor_map_d, smem_d, wg.sub_tile_row(s), tile.row_base, out_start);
+                    tma_store_commit();
+                }
+            });
     }
 
     // Write the tile's final accumulators (per warpgroup; `smem_d` the shell's D tile; `n_start` = its first column).
@@ -205,7 +254,9 @@ struct FP8GemmOutput {
 // FP8GemmOutput::d_column; D is [m, n + n / (left + right) * mid]), kFP8Out (a dense or M-grouped GEMM whose D is e4m3
 // with one FP32 scale per row and 128 columns, computed in the epilogue: FP8RowScaleEpilogue; `tensor_map_d` is then
 // over D's bytes with box 128 x 64 and the 128-byte swizzle, and `d_sf` / `d_sf_stride` address the MN-major
-// scales).
+// scales), kSwiGLU with kActivationClampBits (the MoE gate/up GEMM: B's gate and up rows interleaved in runs of 64, D
+// [m, n / 2] e4m3 = the 1 x 128 quantised SiLU(gate) * up, clamped by the float of those bits unless it is +inf;
+// SwiGLUFP8Epilogue).
 // Grouped launches: A / D hold all experts' rows ([m_sum, *], or [G * m_max, *] for masked), B is [G * n, k],
 // SB is [G, ceil(n/128), ceil(k/128)], and SA is [ceil(k/128), m_sum'] (contiguous) or [G * ceil(k/128), m_max']
 // (masked), MN-major; the psum layout is addressed like contiguous. `grouped_layout` is m_indices (contiguous),
@@ -274,7 +325,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
     DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales,
-                                                              kClusterSplits>()),
+                                                              kClusterSplits, Config::kSwiGLU>()),
                      "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
     DG_STATIC_ASSERT(not Shell::kMulticastA or ceil_div(SHAPE_N, BLOCK_N) % 2 == 0,
@@ -291,6 +342,15 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                                              Config::kHeadSplitLeft + Config::kHeadSplitRight == 0 and
                                              BLOCK_N % 128 == 0),
                      "FP8 output: a dense, contiguous or masked GEMM whose tiles hold whole 128-column scale groups");
+    DG_STATIC_ASSERT(not Config::kSwiGLU or (Config::kFP8Out and (kGemmType == GemmType::MGroupedContiguous or
+                                                                  kGemmType == GemmType::MGroupedMasked) and
+                                             BLOCK_N == 128 and BLOCK_M <= 128 and kNumMulticast == 2 and
+                                             kMulticastOnA and SHAPE_N % 256 == 0),
+                     "SwiGLU: a contiguous or masked GEMM with an FP8 d, 128-wide tiles paired over N by A multicast "
+                     "(the two halves of a 1 x 128 scale group), whole 128-row gate blocks");
+    using SwiGLU = SwiGLUFP8Epilogue<BLOCK_M, num_math_threads<BLOCK_M>()>;
+    DG_STATIC_ASSERT(not Config::kSwiGLU or SwiGLU::kSmemBytes <= Shell::kSmemDBytes,
+                     "the SwiGLU epilogue's tile, amaxes and barriers must fit the D region");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and kNumMulticast == 1 and
                                               kNumKBlocks % kClusterSplits == 0),
                      "cluster K splits: dense GEMMs without multicast, the split count dividing the K blocks");
@@ -304,6 +364,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
 
     extern __shared__ __align__(1024) uint8_t smem[];
     const Shell shell(smem);
+    if constexpr (Config::kSwiGLU) {
+        if (Shell::is_tma_thread())
+            SwiGLU::init(shell.smem_d);  // published with the shell's barriers by its cluster sync
+    }
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
     using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment,
                                                          Config::kOneMBlock, kClusterSplits>;
@@ -339,6 +403,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         const FP8GemmOutput<Config, Shell> output{&tensor_map_d, grouped_layout, shape_m, d, d_row_stride, d_sf,
                                                   d_sf_stride};
         SplitEpilogue split_epilogue(shell.smem_d, threadIdx.x);  // used with cluster K splits only
+        typename Conditional<Config::kSwiGLU, SwiGLU, NoClusterExchange>::Type swiglu(shell.smem_d, threadIdx.x);
         float partial[KLoop::kNumPartials][kNumAccum];
         float final_accum[kNumSubTiles][kNumAccum];
 
@@ -389,6 +454,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 split_epilogue.reduce_to_d(&final_accum[0][0], wg, tile.row_base, n_start, shape_m, SHAPE_N, d,
                                            d_row_stride);
                 wg.sync();
+            } else if constexpr (Config::kSwiGLU) {
+                output.store_swiglu(tile, n_start, wg, shell.smem_d, final_accum, row_expert, swiglu);
             } else {
                 output.store(tile, n_start, wg, shell.smem_d, final_accum, row_expert);
             }

@@ -65,19 +65,26 @@ constexpr bool fp8_gemm_may_straddle() {
 
 // Bytes of the RHS scales in shared memory: per tile, [math warpgroups][2 buffers][1 or 2 scale blocks][K blocks]
 // fp32; with gathered scales, per stage, [stages][2] fp32 (the K block's value for the tile's one or two blocks).
-template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales>
+// kPairedScales (the SwiGLU GEMM): every tile takes two scale blocks, its gate rows' and its up rows'.
+template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales,
+          bool kPairedScales = false>
 constexpr uint32_t fp8_gemm_smem_sb_size() {
     constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     return kGatherScales ? align_up<uint32_t>(kNumStages * 2 * 4, 8)
                          : align_up<uint32_t>(num_math_threads<BLOCK_M>() / 128 * 2 * kNumKBlocks *
-                                                  (fp8_gemm_may_straddle<BLOCK_N>() ? 2 : 1) * 4, 8);
+                                                  (fp8_gemm_may_straddle<BLOCK_N>() or kPairedScales ? 2 : 1) * 4,
+                                              8);
 }
 
 // SA comes per stage (TMA from the MN-major SA tensor, or gathered from any strides: Config::kGatherScales), SB per
 // tile: every math warpgroup copies its tile's [1 or 2][K blocks] RHS scales from global memory into its own
 // double-buffered shared-memory slot (the next tile's while this one's K loop runs), or, gathered, per stage too.
 // Promotion: final += partial * SA(row) * SB(128-column block of the column, k block).
-// Config: kGemmType, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales.
+// Config::kSwiGLU (the MoE gate/up GEMM, B's gate and up rows interleaved in runs of 64: interleave_swiglu_weights):
+// a 128-wide tile j holds gate rows [64j, 64j + 64) then the up rows of the same range, whose scales are SB's
+// blocks j / 2 (gate) and SHAPE_N / 256 + j / 2 (up: SB keeps the gate | up order of the weights): every tile
+// straddles at column 64.
+// Config: kGemmType, SHAPE_N, SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales, kSwiGLU.
 template <typename Config>
 struct FP8BlockPromotion {
     static constexpr GemmType kGemmType = Config::kGemmType;
@@ -91,11 +98,14 @@ struct FP8BlockPromotion {
     static constexpr uint32_t kNumMathWGs = num_math_threads<BLOCK_M>() / 128;
     static constexpr uint32_t kNumKBlocks = ceil_div(SHAPE_K, kBlockK);
     static constexpr uint32_t kNumSBBlocks = ceil_div(SHAPE_N, 128u);
-    static constexpr bool kMayStraddle = fp8_gemm_may_straddle<BLOCK_N>();
+    static constexpr bool kPairedScales = Config::kSwiGLU;
+    static constexpr bool kMayStraddle = fp8_gemm_may_straddle<BLOCK_N>() or kPairedScales;
+    DG_STATIC_ASSERT(not kPairedScales or (BLOCK_N == 128 and SHAPE_N % 256 == 0),
+                     "paired gate / up scales: 128-wide tiles of 64 gate and 64 up rows, whole 128-row gate blocks");
     static constexpr uint32_t kScaleGcd = const_gcd(BLOCK_N, 128u);
     // Where a tile crosses into the next 128-wide RHS scale block depends on n_start % 128, a multiple of
     // gcd(BLOCK_N, 128): that many straddle cases, each with its own split column.
-    static constexpr uint32_t kNumStraddleCases = kMayStraddle ? 128 / kScaleGcd : 1;
+    static constexpr uint32_t kNumStraddleCases = kPairedScales ? 1 : kMayStraddle ? 128 / kScaleGcd : 1;
     static constexpr uint32_t kMaxStaticStraddleCases = 4;
     static constexpr uint32_t kSmemSABytes = BLOCK_M * 4;  // [BLOCK_M] fp32 per stage
     static constexpr uint32_t kNumSBPerTile = kNumKBlocks * (kMayStraddle ? 2 : 1);
@@ -103,7 +113,8 @@ struct FP8BlockPromotion {
 
     // The shell's requirements (see the top of this file).
     static constexpr uint32_t kSmemBytes =
-        kNumStages * kSmemSABytes + fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales>();
+        kNumStages * kSmemSABytes +
+        fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales, kPairedScales>();
     static constexpr uint32_t kStageTxBytes = kGatherScales ? 0 : kSmemSABytes;
     static constexpr uint32_t kNumGatherWarps = kGatherScales ? 1 : 0;
     static constexpr bool kPromotes = true;
@@ -157,13 +168,19 @@ struct FP8BlockPromotion {
                     cp_async_4b(dst + r * 4, src + static_cast<uint64_t>(r) * sa_row_stride);
                 // SB of this K block for the tile's first and second 128-wide scale block (lanes 0 and 1).
                 if (lane < 2) {
-                    const uint32_t block = min(tile.n_block * BLOCK_N / 128 + lane, kNumSBBlocks - 1);
+                    const uint32_t block = kPairedScales ? paired_block(tile.n_block, lane)
+                                                         : min(tile.n_block * BLOCK_N / 128 + lane, kNumSBBlocks - 1);
                     cp_async_4b(smem_u32(smem_sb + stage * 2 + lane),
                                 sb + (tile.group * kNumSBBlocks + block) * kNumKBlocks + k_block);
                 }
             }
         }
     };
+
+    // The SB block of a paired-scale tile's gate (half 0) or up (half 1) rows.
+    __device__ __forceinline__ static uint32_t paired_block(uint32_t n_block, uint32_t half) {
+        return half * (kNumSBBlocks / 2) + n_block / 2;
+    }
 
     // ---- Math warpgroups ----
     // RHS scales of one K block for the tile's first and (if it straddles) second 128-wide scale block.
@@ -201,8 +218,8 @@ struct FP8BlockPromotion {
         __device__ __forceinline__ void fetch_tile_sb(const Tile& t, bool skip, float (&regs)[kSBPerThread]) const {
             if (kGatherScales or skip)
                 return;  // a padding block: its expert index may be anything, read nothing (else t.group is 0)
-            const uint32_t block0 = t.n_block * BLOCK_N / 128;
-            const uint32_t block1 = min(block0 + 1, kNumSBBlocks - 1);
+            const uint32_t block0 = kPairedScales ? paired_block(t.n_block, 0) : t.n_block * BLOCK_N / 128;
+            const uint32_t block1 = kPairedScales ? paired_block(t.n_block, 1) : min(block0 + 1, kNumSBBlocks - 1);
             const float* group_sb = sb + (kGrouped ? t.group * kNumSBBlocks * kNumKBlocks : 0u);
             #pragma unroll
             for (uint32_t j = 0; j < kSBPerThread; ++j) {
@@ -262,7 +279,7 @@ struct FP8BlockPromotion {
         template <uint32_t kNumAccum, typename Straddle>
         __device__ __forceinline__ static void promote(float* final_acc, const float* acc, const Scales& scales,
                                                        Straddle straddle) {
-            const uint32_t straddle_col = 128 - static_cast<uint32_t>(straddle) * kScaleGcd;
+            const uint32_t straddle_col = kPairedScales ? 64u : 128 - static_cast<uint32_t>(straddle) * kScaleGcd;
             #pragma unroll
             for (uint32_t c = 0; c < kNumAccum / 4; ++c) {
                 const bool second = kMayStraddle and c * 8 >= straddle_col;
@@ -295,7 +312,7 @@ struct FP8BlockPromotion {
             }
         }
         __device__ __forceinline__ static uint32_t straddle_case(uint32_t n_start) {
-            return kMayStraddle ? (n_start % 128) / kScaleGcd : 0;
+            return kMayStraddle and not kPairedScales ? (n_start % 128) / kScaleGcd : 0;
         }
     };
 };
