@@ -42,15 +42,15 @@ def test_masked_matches_the_activation_cast(groups, m_max, n, k, masked, clamp):
 
 
 def test_zero_and_huge_rows():
-    # Contiguous, one expert: rows 0-63 of A zero (zeros, the floor scale), rows 64-127 scaled by 1e20 (saturating
-    # products: scaled, not overflowed, no NaN).
+    # Contiguous, one expert: rows 0-63 of A zero (zeros, the floor scale), rows 64-127 scaled by 1e10 (gate and up
+    # ~1e13, activations ~1e26: far past e4m3 at any fixed scale, still finite in FP32; scaled, not overflowed).
     inter, hidden, m = 256, 512, 256
     a8, sa = deep_gemm.per_token_cast_to_fp8(torch.randn((m, hidden), device="cuda", dtype=torch.bfloat16),
                                              mn_major_sf=True)
     a8 = a8.clone()
     a8[:64] = 0
     sa = sa.clone()
-    sa[64:128] = 1e20
+    sa[64:128] = 1e10
     w = deep_gemm.per_block_cast_to_fp8(torch.randn((2 * inter, hidden), device="cuda", dtype=torch.bfloat16))
     b = deep_gemm.utils.interleave_swiglu_weights((w[0].view(1, 2 * inter, hidden), w[1].view(1, 4, 4)))
     d = torch.empty((m, inter), dtype=torch.float8_e4m3fn, device="cuda")
