@@ -60,7 +60,8 @@ def suite_prefill(runner, libs, w1, w1_swiglu, w2):
         h = (torch.empty((rows, INTER), dtype=torch.float8_e4m3fn, device="cuda"),
              torch.empty((INTER // 128, rows), device="cuda").t())
         gate_up = torch.empty((rows, 2 * INTER), dtype=torch.bfloat16, device="cuda")
-        outs = {lib: torch.empty((rows, HIDDEN), dtype=torch.bfloat16, device="cuda") for lib in ("ours", *libs)}
+        outs = {lib: torch.empty((rows, HIDDEN), dtype=torch.bfloat16, device="cuda")
+                for lib in ("ours", "unfused", *libs)}
 
         def fused():
             deep_gemm.m_grouped_fp8_gemm_nt_contiguous_swiglu(x, w1_swiglu, h, m_indices)
@@ -90,7 +91,7 @@ def suite_decode(runner, libs, w1, w1_swiglu, w2):
              deep_gemm.get_mn_major_tma_aligned_tensor(torch.empty((EXPERTS, m_max, INTER // 128), device="cuda")))
         gate_up = torch.empty((EXPERTS, m_max, 2 * INTER), dtype=torch.bfloat16, device="cuda")
         outs = {lib: torch.zeros((EXPERTS, m_max, HIDDEN), dtype=torch.bfloat16, device="cuda")
-                for lib in ("ours", *libs)}
+                for lib in ("ours", "unfused", *libs)}
 
         def fused():
             deep_gemm.m_grouped_fp8_gemm_nt_masked_swiglu(x, w1_swiglu, h, masked_m, expected_m)
