@@ -217,17 +217,23 @@ struct FP8RowScaleEpilogue {
 // are act = SiLU(min(gate, clamp)) * min(max(up, -clamp), clamp) (clamp = +inf: none), in FP32. A 1 x 128 scale
 // group spans two tiles: the two CTAs of the cluster (A multicast pairs N blocks 2p and 2p + 1 of one M block) each
 // compute their rows' amax over their 64 columns and exchange them through distributed shared memory (barriers
-// `ready` and `drained` per tile, one release arrival per math warp of each CTA, as ClusterSplitEpilogue), so both
-// derive the same scale, max(amax, 1e-4) * RN(1/448) as FP8RowScaleEpilogue. D: [BLOCK_M][64 B] e4m3 with the
-// 64-byte TMA swizzle (box 64 x 64 per 64-row sub-tile); the scales: cluster rank 0's quads' first lanes.
-// Shared memory (the shell's D region): the D tile, then a float2 of amaxes per quad and sub-tile, then the barriers.
+// `ready` and `drained` per tile, one release arrival per warp, as ClusterSplitEpilogue), so both derive the same
+// scale, max(amax, 1e-4) * RN(1/448) as FP8RowScaleEpilogue. Each math warpgroup exchanges with the peer's same
+// warpgroup only (its own pair of barriers): the two warpgroups of a CTA stay free to drift, so one's epilogue still
+// overlaps the other's WGMMAs. D: [BLOCK_M][64 B] e4m3 with the 64-byte TMA swizzle (box 64 x 64 per 64-row
+// sub-tile); the scales: cluster rank 0's quads' first lanes.
+// NOTES: one barrier pair for all four warpgroups of the cluster made the GEMM 13% slower than the BF16 one of the
+// same tile at 262144 x 4096 x 7168 (H100); see benchmarks/NOTES.md.
+// Shared memory (the shell's D region): the D tile, then a float2 of amaxes per quad and sub-tile, then the barriers
+// ([ready, drained][math warpgroups]).
 template <uint32_t BLOCK_M, uint32_t kNumMathThreads>
 struct SwiGLUFP8Epilogue {
     static constexpr uint32_t kOutCols = 64;  // output columns (e4m3 bytes) of a tile row
     static constexpr uint32_t kNumSubTiles = BLOCK_M / (64 * (kNumMathThreads / 128));
     static constexpr uint32_t kTileBytes = BLOCK_M * kOutCols;
     static constexpr uint32_t kAmaxBytes = kNumSubTiles * (kNumMathThreads / 4) * 8;
-    static constexpr uint32_t kSmemBytes = kTileBytes + kAmaxBytes + 2 * sizeof(Barrier);
+    static constexpr uint32_t kNumMathWGs = kNumMathThreads / 128;
+    static constexpr uint32_t kSmemBytes = kTileBytes + kAmaxBytes + 2 * kNumMathWGs * sizeof(Barrier);
     static constexpr uint32_t kAmaxFloorBits = 0x38d1b717u;  // float(1e-4), the casts' clamp bound
     static constexpr float kInvFp8Max = 0x1.24924ap-9f;      // RN(1 / 448)
 
@@ -239,23 +245,25 @@ struct SwiGLUFP8Epilogue {
 
     __device__ __forceinline__ SwiGLUFP8Epilogue(uint8_t* smem_d, uint32_t thread)
         : amax_addr(smem_u32(smem_d + kTileBytes) + thread / 4 * 8),
-          ready(reinterpret_cast<Barrier*>(smem_d + kTileBytes + kAmaxBytes)),
-          drained(ready + 1),
+          ready(reinterpret_cast<Barrier*>(smem_d + kTileBytes + kAmaxBytes) + thread / 128),
+          drained(ready + kNumMathWGs),
           rank(block_rank_in_cluster()),
           phase(0) {}
 
     // One thread, before the cluster synchronises (the kernel, ahead of the shell's setup).
     __device__ __forceinline__ static void init(uint8_t* smem_d) {
         auto* barriers = reinterpret_cast<Barrier*>(smem_d + kTileBytes + kAmaxBytes);
-        barriers[0].init(2 * kNumMathThreads / 32);
-        barriers[1].init(2 * kNumMathThreads / 32);
+        for (uint32_t i = 0; i < 2 * kNumMathWGs; ++i)
+            barriers[i].init(2 * 4);  // the 4 warps of a warpgroup in each of the 2 CTAs
         fence_barrier_init();
     }
 
+    // NOTES: __expf and a fast division: within a few float32 ulps of the exact SiLU, far below an e4m3 step; the
+    // IEEE division's checks and slow-path calls were ~1000 instructions per thread and tile.
     __device__ __forceinline__ static float activation(float gate, float up, float clamp) {
         gate = fminf(gate, clamp);
         up = fminf(fmaxf(up, -clamp), clamp);
-        return gate / (1.0f + expf(-gate)) * up;
+        return __fdividef(gate, 1.0f + __expf(-gate)) * up;
     }
 
     // The tile's activations in place of its gate accumulators (chunks 0-7), and this thread's rows' amax over the
