@@ -79,6 +79,25 @@ class Runner:
         print(f"{suite} {label} | " + " | ".join(parts) + f" | {ratios}", flush=True)
 
 
+def summarise_suite(runner, suite, others=("unfused", "peer")) -> dict:
+    """One suite's summary (case count, SM clock, geomean and min of ours_over_<other>), printed; for the
+    benchmarks that time a fused path against others (fp8_out, moe_mlp)."""
+    rows = [r for r in runner.rows if r["suite"] == suite]
+    summary = dict(cases=len(rows), sm_clock=_sm_clock())
+    for other in others:
+        ratios = [r[f"ours_over_{other}"] for r in rows if f"ours_over_{other}" in r]
+        if ratios:
+            summary[f"geomean_ours_over_{other}"] = _geomean(ratios)
+            summary[f"min_ours_over_{other}"] = min(ratios)
+    print(f"{suite}: {summary}", flush=True)
+    return summary
+
+
+def write_json(path, peer, summary, rows) -> None:
+    with open(path, "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), peer=peer, summary=summary, rows=rows), f, indent=1)
+
+
 def _diff_of(runner, outs, ref):
     return lambda lib: runner.calc_diff(outs[lib].float(), ref)
 

@@ -11,12 +11,11 @@ Usage (GPU machine): python -m benchmarks.fp8_out [--suites dense contiguous mas
 """
 import argparse
 import importlib
-import json
 import sys
 
 import torch
 
-from benchmarks.bf16 import Runner, _geomean, _sm_clock
+from benchmarks.bf16 import Runner, summarise_suite, write_json
 
 SUITES = ("dense", "contiguous", "masked")
 # DeepSeek-V3's expert and dense shapes: gate/up (n = 2 x 2048) and down (k = 2048) of a 7168-wide model, and two of
@@ -157,18 +156,9 @@ def main(argv=None):
             suite_dense(runner, libs)
         else:
             suite_grouped(runner, libs, suite)
-        rows = [r for r in runner.rows if r["suite"] == suite]
-        summary[suite] = dict(cases=len(rows), sm_clock=_sm_clock())
-        for other in ("unfused", "peer"):
-            ratios = [r[f"ours_over_{other}"] for r in rows if f"ours_over_{other}" in r]
-            if ratios:
-                summary[suite][f"geomean_ours_over_{other}"] = _geomean(ratios)
-                summary[suite][f"min_ours_over_{other}"] = min(ratios)
-        print(f"{suite}: {summary[suite]}", flush=True)
+        summary[suite] = summarise_suite(runner, suite)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), peer=args.peer, summary=summary, rows=runner.rows), f,
-                      indent=1)
+        write_json(args.json, args.peer, summary, runner.rows)
     return 0
 
 

@@ -17,13 +17,12 @@ Usage (GPU machine): python -m benchmarks.moe_mlp [--suites prefill decode] [--p
 """
 import argparse
 import importlib
-import json
 import random
 import sys
 
 import torch
 
-from benchmarks.bf16 import Runner, _geomean, _sm_clock
+from benchmarks.bf16 import Runner, summarise_suite, write_json
 
 SUITES = ("prefill", "decode")
 HIDDEN, INTER, EXPERTS, TOPK = 7168, 2048, 256, 8
@@ -156,18 +155,9 @@ def main(argv=None):
     summary = {}
     for suite in args.suites:
         (suite_prefill if suite == "prefill" else suite_decode)(runner, libs, w1, w1_swiglu, w2)
-        rows = [r for r in runner.rows if r["suite"] == suite]
-        summary[suite] = dict(cases=len(rows), sm_clock=_sm_clock())
-        for other in ("unfused", "peer"):
-            ratios = [r[f"ours_over_{other}"] for r in rows if f"ours_over_{other}" in r]
-            if ratios:
-                summary[suite][f"geomean_ours_over_{other}"] = _geomean(ratios)
-                summary[suite][f"min_ours_over_{other}"] = min(ratios)
-        print(f"{suite}: {summary[suite]}", flush=True)
+        summary[suite] = summarise_suite(runner, suite)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), peer=args.peer, summary=summary, rows=runner.rows), f,
-                      indent=1)
+        write_json(args.json, args.peer, summary, runner.rows)
     return 0
 
 

@@ -1179,11 +1179,17 @@ def sample_contiguous_fp8_out(rng: random.Random) -> dict:
 def build_contiguous_fp8_out(p: dict, device, seed: int) -> Case:
     """The contiguous GEMM with d = (D [M, n] e4m3, SFD [M, ceil(n/128)] MN-major): every row checked by
     `check_fp8_out` against the cast of the FP32 product (padding rows: zeros, the floor scale)."""
-    sizes, n, k = p["sizes"], p["n"], p["k"]
+    return _contiguous_fp8_d_case(p, device, seed, swiglu=False)
+
+
+def _contiguous_fp8_d_case(p: dict, device, seed: int, swiglu: bool) -> Case:
+    sizes, n, k, clamp = p["sizes"], p["n"], p["k"], p.get("clamp")
     lhs, rhs, m_indices, ref, _ = contiguous_inputs(sizes, n, k, _gen(device, seed), device)
-    m = m_indices.numel()
-    g = Guarded((m, n), FP8, device, guard=16)
-    sfd, sfd_store = fp8_out_scales((), m, n, device)
+    if swiglu:
+        ref, rhs = swiglu_reference(ref, clamp), deep_gemm.utils.interleave_swiglu_weights(rhs)
+    m, n_d = m_indices.numel(), ref.shape[-1]
+    g = Guarded((m, n_d), FP8, device, guard=16)
+    sfd, sfd_store = fp8_out_scales((), m, n_d, device)
 
     def checker(case: Case) -> None:
         assert not bool(case.guarded.untouched().any()), f"{case.desc}: rows left unwritten"
@@ -1195,8 +1201,10 @@ def build_contiguous_fp8_out(p: dict, device, seed: int) -> Case:
         g.out.copy_(ref_d)
         sfd.copy_(ref_sf)
 
-    return Case("m_grouped_fp8_gemm_nt_contiguous_fp8_out", f"contiguous fp8 out sizes={sizes} n={n} k={k}",
-                (lhs, rhs, (g.out, sfd), m_indices), g, checker, dict(ref=ref, simulate=simulate))
+    what = f"swiglu sizes={sizes} n={n} k={k} clamp={clamp}" if swiglu else f"fp8 out sizes={sizes} n={n} k={k}"
+    return Case(f"m_grouped_fp8_gemm_nt_contiguous_{'swiglu' if swiglu else 'fp8_out'}", f"contiguous {what}",
+                (lhs, rhs, (g.out, sfd), m_indices) + ((clamp,) if swiglu else ()), g, checker,
+                dict(ref=ref, simulate=simulate))
 
 
 def sample_masked_fp8_out(rng: random.Random) -> dict:
@@ -1208,12 +1216,19 @@ def sample_masked_fp8_out(rng: random.Random) -> dict:
 def build_masked_fp8_out(p: dict, device, seed: int) -> Case:
     """The masked GEMM with d = (D [G, m_max, n] e4m3, SFD [G, m_max, ceil(n/128)] TMA-aligned MN-major): rows <
     masked_m checked by `check_fp8_out`, rows >= masked_m of D and SFD untouched."""
-    groups, m_max, n, k = p["groups"], p["m_max"], p["n"], p["k"]
+    return _masked_fp8_d_case(p, device, seed, swiglu=False)
+
+
+def _masked_fp8_d_case(p: dict, device, seed: int, swiglu: bool) -> Case:
+    groups, m_max, n, k, clamp = p["groups"], p["m_max"], p["n"], p["k"], p.get("clamp")
     lhs, rhs, ref, _ = masked_inputs(groups, m_max, n, k, _gen(device, seed), device)
+    if swiglu:
+        ref, rhs = swiglu_reference(ref, clamp), deep_gemm.utils.interleave_swiglu_weights(rhs)
+    n_d = ref.shape[-1]
     masked_m = torch.tensor(p["masked"], dtype=torch.int32, device=device)
     counts = [min(max(c, 0), m_max) for c in p["masked"]]
-    g = Guarded((groups, m_max, n), FP8, device, guard=16)
-    sfd, sfd_store = fp8_out_scales((groups,), m_max, n, device)
+    g = Guarded((groups, m_max, n_d), FP8, device, guard=16)
+    sfd, sfd_store = fp8_out_scales((groups,), m_max, n_d, device)
 
     def checker(case: Case) -> None:
         untouched = case.guarded.untouched()
@@ -1231,9 +1246,11 @@ def build_masked_fp8_out(p: dict, device, seed: int) -> Case:
                 g.out[e, :c] = ref_d
                 sfd[e, :c] = ref_sf
 
-    return Case("m_grouped_fp8_gemm_nt_masked_fp8_out",
-                f"masked fp8 out G={groups} m_max={m_max} n={n} k={k} masked_m={p['masked'][:8]}",
-                (lhs, rhs, (g.out, sfd), masked_m, p["expected_m"]), g, checker,
+    what = "swiglu" if swiglu else "fp8 out"
+    return Case(f"m_grouped_fp8_gemm_nt_masked_{'swiglu' if swiglu else 'fp8_out'}",
+                f"masked {what} G={groups} m_max={m_max} n={n} k={k} masked_m={p['masked'][:8]}" +
+                (f" clamp={clamp}" if swiglu else ""),
+                (lhs, rhs, (g.out, sfd), masked_m, p["expected_m"]) + ((clamp,) if swiglu else ()), g, checker,
                 dict(ref=ref, counts=counts, simulate=simulate))
 
 
@@ -1260,31 +1277,11 @@ def sample_contiguous_swiglu(rng: random.Random) -> dict:
 
 
 def build_contiguous_swiglu(p: dict, device, seed: int) -> Case:
-    """The contiguous SwiGLU GEMM: B interleaved by interleave_swiglu_weights, d = (D [M, n / 2] e4m3, SFD [M, n / 256]
-    MN-major), every row checked by `check_fp8_out` against the cast of the activation of the FP32 product (padding
-    rows: zeros, the floor scale)."""
-    sizes, n, k, clamp = p["sizes"], p["n"], p["k"], p.get("clamp")
-    lhs, rhs, m_indices, ref, _ = contiguous_inputs(sizes, n, k, _gen(device, seed), device)
-    act = swiglu_reference(ref, clamp)
-    del ref
-    m = m_indices.numel()
-    g = Guarded((m, n // 2), FP8, device, guard=16)
-    sfd, sfd_store = fp8_out_scales((), m, n // 2, device)
-
-    def checker(case: Case) -> None:
-        assert not bool(case.guarded.untouched().any()), f"{case.desc}: rows left unwritten"
-        check_fp8_out(case.out, sfd, act, case.desc)
-        assert bool(torch.isnan(sfd_store[:, m:]).all()), f"{case.desc}: SFD's padding rows were written"
-
-    def simulate() -> None:
-        ref_d, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(act)
-        g.out.copy_(ref_d)
-        sfd.copy_(ref_sf)
-
-    return Case("m_grouped_fp8_gemm_nt_contiguous_swiglu",
-                f"contiguous swiglu sizes={sizes} n={n} k={k} clamp={clamp}",
-                (lhs, deep_gemm.utils.interleave_swiglu_weights(rhs), (g.out, sfd), m_indices, clamp), g, checker,
-                dict(ref=act, simulate=simulate))
+    """The contiguous SwiGLU GEMM (p: as the contiguous GEMM's, n = 2 x the intermediate size, clamp): B interleaved
+    by interleave_swiglu_weights, d = (D [M, n / 2] e4m3, SFD [M, n / 256] MN-major), every row checked by
+    `check_fp8_out` against the cast of SiLU(gate) * up from the FP32 product (padding rows: zeros, the floor
+    scale)."""
+    return _contiguous_fp8_d_case(p, device, seed, swiglu=True)
 
 
 def sample_masked_swiglu(rng: random.Random) -> dict:
@@ -1293,36 +1290,9 @@ def sample_masked_swiglu(rng: random.Random) -> dict:
 
 def build_masked_swiglu(p: dict, device, seed: int) -> Case:
     """The masked SwiGLU GEMM: d = (D [G, m_max, n / 2] e4m3, SFD [G, m_max, n / 256] TMA-aligned MN-major): rows <
-    masked_m checked by `check_fp8_out`, rows >= masked_m of D and SFD untouched."""
-    groups, m_max, n, k, clamp = p["groups"], p["m_max"], p["n"], p["k"], p.get("clamp")
-    lhs, rhs, ref, _ = masked_inputs(groups, m_max, n, k, _gen(device, seed), device)
-    act = swiglu_reference(ref, clamp)
-    del ref
-    masked_m = torch.tensor(p["masked"], dtype=torch.int32, device=device)
-    counts = [min(max(c, 0), m_max) for c in p["masked"]]
-    g = Guarded((groups, m_max, n // 2), FP8, device, guard=16)
-    sfd, sfd_store = fp8_out_scales((groups,), m_max, n // 2, device)
-
-    def checker(case: Case) -> None:
-        untouched = case.guarded.untouched()
-        for e, c in enumerate(counts):
-            assert not bool(untouched[e, :c].any()), f"{case.desc}: rows < masked_m left unwritten"
-            assert bool(untouched[e, c:].all()), f"{case.desc}: rows >= masked_m were written"
-            assert bool(torch.isnan(sfd_store[e, :, c:]).all()), f"{case.desc}: scales of rows >= masked_m written"
-            if c:
-                check_fp8_out(case.out[e, :c], sfd[e, :c], act[e, :c], f"{case.desc} group {e}")
-
-    def simulate() -> None:
-        for e, c in enumerate(counts):
-            if c:
-                ref_d, ref_sf = deep_gemm.utils.math.per_token_cast_to_fp8_torch(act[e, :c])
-                g.out[e, :c] = ref_d
-                sfd[e, :c] = ref_sf
-
-    return Case("m_grouped_fp8_gemm_nt_masked_swiglu",
-                f"masked swiglu G={groups} m_max={m_max} n={n} k={k} masked_m={p['masked'][:8]} clamp={clamp}",
-                (lhs, deep_gemm.utils.interleave_swiglu_weights(rhs), (g.out, sfd), masked_m, p["expected_m"], clamp),
-                g, checker, dict(ref=act, counts=counts, simulate=simulate))
+    masked_m checked by `check_fp8_out` against the cast of the activation, rows >= masked_m of D and SFD
+    untouched."""
+    return _masked_fp8_d_case(p, device, seed, swiglu=True)
 
 
 # ---------------------------------------------------------------- registry
