@@ -3,7 +3,7 @@ with cuobjdump and measure the steady-state K loop per K block per math warp (to
 Run with -s to see the measured numbers."""
 import pytest
 
-from deep_gemm.heuristics import KernelType
+from deep_gemm.heuristics import KernelType, SwiGLU
 from deep_gemm.heuristics.sm90 import build_sm90_config
 from deep_gemm.heuristics.sm90_wgrad import build_wgrad_config, group_capacity
 from tools import sass
@@ -32,6 +32,8 @@ BUDGETS = {
     "dense-64x16-a8": 58.5,             # measured 56.50 (8 K blocks per body)
     # Batched decode (m < BLOCK_M, one K block per tile at k = 128): the per-tile loop, tile walk included.
     "batched-decode-64x256": 823.0,     # measured 799 (870 before the compile-time one-M-block walk)
+    # The SwiGLU gate/up GEMM (paired gate / up RHS scales: every tile's promotion switches scale at column 64).
+    "swiglu-contiguous-128x128-mcA": 120.5,  # measured 117.00 (dense 128x128: 113.00; two multipliers per row)
     "wgrad-256x112": 329.0,             # measured 319.00 (1 K block per body; issue turns)
     "wgrad-128x152": 233.0,             # measured 226.00 (1 K block per body; DeepGEMM's loop: 211.5)
 }
@@ -46,6 +48,7 @@ def _instantiations():
 
     batched_config = build_sm90_config(4096, 4096, 4096, 128, 192, 132, 2, True, num_groups=8, gather_scales=True)
     decode_config = build_sm90_config(1, 512, 128, 64, 256, 132, num_groups=128, a_box_rows=8, gather_scales=True)
+    swiglu_config = build_sm90_config(262144, 4096, 7168, 128, 128, 132, 2, True, paired_scales=True)
     wgrad_config = build_wgrad_config(16384, 7168, 1, 256, 112, 132)
     wgrad_152 = build_wgrad_config(7168, 2112, 1, 128, 152, 132)
     return {
@@ -69,6 +72,10 @@ def _instantiations():
         # The batched heuristic's pick for 8 x 4096x4096x4096 (BMM): scales gathered per stage.
         "batched-128x192-mcA": (sm90_fp8_gemm_1d2d.kernel_source(4096, 4096, batched_config, KernelType.BATCHED),
                                 batched_config),
+        # The SwiGLU heuristic's config for 256 experts x 1024 rows, n = 2 x 2048, k = 7168.
+        "swiglu-contiguous-128x128-mcA": (sm90_fp8_gemm_1d2d.kernel_source(4096, 7168, swiglu_config,
+                                                                          KernelType.M_GROUPED_CONTIGUOUS,
+                                                                          fp8_out=SwiGLU()), swiglu_config),
         # The wgrad heuristic's pick for 16384x7168 (k = 4096): two sub-tiles per warpgroup, preloaded column scales.
         "wgrad-256x112": (sm90_fp8_wgrad_1d1d.kernel_source(7168, wgrad_config, group_capacity(1)), wgrad_config),
         # The wgrad heuristic's pick for 7168x2112: one sub-tile per warpgroup, preloaded column scales, no turns.
