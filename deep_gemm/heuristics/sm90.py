@@ -52,6 +52,9 @@ def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, gather_s
     FP32 partial tile and two barriers; `paired_scales`: the SwiGLU GEMM, two RHS scale blocks per tile."""
     num_k_blocks = ceil_div(k, BLOCK_K)
     d = align(block_m * block_n * 4 + 16, 1024) if cluster_k_splits > 1 else align(block_m * block_n * 2, 1024)
+    if paired_scales:  # SwiGLUFP8Epilogue: [block_m][64 B] e4m3, a float2 per quad and sub-tile, 2 barriers per WG
+        wgs = num_math_threads(block_m) // 128
+        d = align(block_m * 64 + block_m // (64 * wgs) * (wgs * 32) * 8 + 2 * wgs * 8, 1024)
     stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
     # RHS scales: per tile [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32, or per stage [2] fp32
     sb = align(num_stages * 2 * 4, 8) if gather_scales else \

@@ -27,12 +27,15 @@ namespace deep_gemm::sm90 {
 
 // Shared-memory bytes of one instantiation; the host computes the same number (heuristics/sm90.py) and passes it
 // as kSmemSize, and the kernel static-asserts that the two agree.
-// With cluster K splits the D region holds the FP32 partial tile and its two barriers instead.
+// With cluster K splits the D region holds the FP32 partial tile and its two barriers instead; the SwiGLU GEMM's
+// (kPairedScales) holds SwiGLUFP8Epilogue's e4m3 tile, amaxes and barriers.
 template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales,
           uint32_t kClusterSplits = 1, bool kPairedScales = false>
 constexpr uint32_t fp8_gemm_smem_size() {
-    constexpr uint32_t d = align_up<uint32_t>(BLOCK_M * BLOCK_N * (kClusterSplits > 1 ? 4 : 2) +
-                                                  (kClusterSplits > 1 ? 16 : 0), 1024);
+    constexpr uint32_t d =
+        kPairedScales ? SwiGLUFP8Epilogue<BLOCK_M, num_math_threads<BLOCK_M>()>::template smem_d_bytes<0>()
+                      : align_up<uint32_t>(BLOCK_M * BLOCK_N * (kClusterSplits > 1 ? 4 : 2) +
+                                               (kClusterSplits > 1 ? 16 : 0), 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
     return d + kNumStages * stage +
            fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales, kPairedScales>() +
@@ -300,7 +303,9 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     using TileEpilogue = BF16Epilogue<BLOCK_M, BLOCK_N, Config::kSwizzleDBytes>;
     using SplitEpilogue = ClusterSplitEpilogue<kClusterSplits < 2 ? 2 : kClusterSplits, BLOCK_M, BLOCK_N,
                                                num_math_threads<BLOCK_M>(), false, false>;
-    using Epilogue = typename Conditional<kSplitsInCluster, SplitEpilogue, TileEpilogue>::Type;
+    using SwiGLU = SwiGLUFP8Epilogue<BLOCK_M, num_math_threads<BLOCK_M>()>;
+    using Epilogue = typename Conditional<kSplitsInCluster, SplitEpilogue,
+                                          typename Conditional<Config::kSwiGLU, SwiGLU, TileEpilogue>::Type>::Type;
     using Shell = KernelShell<Config, FP8E4M3Operands, Promotion, Epilogue>;
     using KLoop = PromotedKLoop<Shell, Promotion, kSplitKBlocks>;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
@@ -348,9 +353,6 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                                              kMulticastOnA and SHAPE_N % 256 == 0),
                      "SwiGLU: a contiguous or masked GEMM with an FP8 d, 128-wide tiles paired over N by A multicast "
                      "(the two halves of a 1 x 128 scale group), whole 128-row gate blocks");
-    using SwiGLU = SwiGLUFP8Epilogue<BLOCK_M, num_math_threads<BLOCK_M>()>;
-    DG_STATIC_ASSERT(not Config::kSwiGLU or SwiGLU::kSmemBytes <= Shell::kSmemDBytes,
-                     "the SwiGLU epilogue's tile, amaxes and barriers must fit the D region");
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and kNumMulticast == 1 and
                                               kNumKBlocks % kClusterSplits == 0),
                      "cluster K splits: dense GEMMs without multicast, the split count dividing the K blocks");
