@@ -115,3 +115,23 @@ def test_set_num_sms_caps_get_num_sms(no_sms_cap):
 def test_get_num_sms_without_device_needs_a_cap(no_sms_cap):
     with pytest.raises(RuntimeError, match="set_num_sms"):
         deep_gemm.get_num_sms()
+
+
+def test_interleave_swiglu_weights_runs_of_64_and_scales_untouched():
+    inter, k = 256, 3
+    w = torch.arange(2 * 2 * inter, dtype=torch.float32).view(2, 2 * inter, 1).expand(2, 2 * inter, k)
+    sf = torch.randn(2, 2 * inter // 128, 1)
+    out, out_sf = deep_gemm.utils.interleave_swiglu_weights((w, sf))
+    assert out_sf is sf and out.shape == w.shape and out.is_contiguous()
+    rows = out[1, :, 0].long() - 2 * inter
+    runs = torch.arange(2 * inter) // 64
+    expected = (runs // 2) * 64 + torch.arange(2 * inter) % 64 + (runs % 2) * inter  # gate run j, then up run j
+    assert torch.equal(rows, expected)
+    assert torch.equal(deep_gemm.utils.interleave_swiglu_weights(w[0]), out[0])  # 2-D: one expert
+
+
+@pytest.mark.parametrize("bad,exc", [(torch.zeros(384, 8), ValueError), (torch.zeros(8), TypeError),
+                                     ("w", TypeError)])
+def test_interleave_swiglu_weights_refuses(bad, exc):
+    with pytest.raises(exc, match="w"):
+        deep_gemm.utils.interleave_swiglu_weights(bad)

@@ -374,3 +374,26 @@ def test_dense_decode_may_load_fewer_a_rows_without_multicast():
     assert build_sm90_config(1, 2112, 7168, 64, 16, 132, a_box_rows=8).a_box_rows == 8
     with pytest.raises(ValueError, match="without multicast"):
         build_sm90_config(1, 2112, 7168, 64, 16, 132, 2, True, a_box_rows=8)
+
+
+@pytest.mark.parametrize("kind,m", [(KernelType.M_GROUPED_MASKED, 1), (KernelType.M_GROUPED_MASKED, 64),
+                                    (KernelType.M_GROUPED_MASKED, 65), (KernelType.M_GROUPED_CONTIGUOUS, 262144)])
+def test_swiglu_config_pairs_128_wide_tiles_over_a_multicast(kind, m):
+    """The SwiGLU GEMM: 128-wide tiles (64 gate + 64 up columns) in A-multicast pairs (the two halves of a 1 x 128
+    output scale group), 64-row tiles up to 64 rows, an even grid, and its own small D region (more stages than the
+    same tile with a BF16 D)."""
+    from deep_gemm.heuristics import SwiGLU
+    config = get_sm90_config(GemmProblem(m, 4096, 7168, 132, kernel_type=kind, num_groups=8, fp8_out=SwiGLU()))
+    assert (config.block_n, config.num_multicast, config.multicast_on_a) == (128, 2, True)
+    assert config.block_m == (64 if m <= 64 else 128) and config.num_sms % 2 == 0
+    plain = build_sm90_config(m, 4096, 7168, config.block_m, 128, 132, 2, True)
+    assert config.num_stages > plain.num_stages and config.smem_size <= SMEM_BUDGET
+    assert config.smem_size == sm90_smem_size(7168, config.block_m, 128, config.num_stages, paired_scales=True)
+
+
+def test_swiglu_problem_refuses_dense_and_partial_scale_blocks():
+    from deep_gemm.heuristics import SwiGLU
+    with pytest.raises(ValueError, match="SwiGLU"):
+        GemmProblem(8, 4096, 7168, 132, fp8_out=SwiGLU())
+    with pytest.raises(ValueError, match="SwiGLU"):
+        GemmProblem(8, 4096 + 128, 7168, 132, kernel_type=KernelType.M_GROUPED_MASKED, num_groups=2, fp8_out=SwiGLU())
