@@ -3,6 +3,7 @@ shared by the kernel families of the 1d2d kernels (sm90_fp8_gemm_1d2d, sm100_fp8
 arguments, so that a call gets the same errors on every architecture. Not a family itself: a layout runs through the
 family the runtime bound to it (`GemmLayout.family`, a `deep_gemm.families.variant.Family`)."""
 import numbers
+import struct
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
@@ -262,8 +263,11 @@ def normalise_masked_swiglu(lhs, rhs, out, masked_m, expected_m, clamp_bits) -> 
 
 
 def _swiglu_epilogue(clamp_bits) -> SwiGLU:
+    """The epilogue of the clamp's float32 bits: a positive float32 or +inf (no clamp); not NaN, zero or negative."""
     if isinstance(clamp_bits, bool) or not isinstance(clamp_bits, numbers.Integral) or not 0 <= clamp_bits < 1 << 32:
         raise TypeError(f"the activation clamp's float32 bits must be an int in [0, 2^32), got {clamp_bits!r}")
+    if not struct.unpack("<f", struct.pack("<I", int(clamp_bits)))[0] > 0:
+        raise ValueError(f"activation_clamp must be a positive float32 or +inf, got bits 0x{int(clamp_bits):08x}")
     return SwiGLU(int(clamp_bits))
 
 

@@ -225,10 +225,13 @@ def _clamp_bits(activation_clamp) -> int:
         return NO_CLAMP_BITS
     if isinstance(activation_clamp, bool) or not isinstance(activation_clamp, numbers.Real):
         raise TypeError(f"activation_clamp must be a float or None, got {type(activation_clamp).__name__}")
-    value = float(activation_clamp)
-    if not value > 0:
-        raise ValueError(f"activation_clamp must be > 0 (or None), got {value}")
-    return struct.unpack("<I", struct.pack("<f", value))[0]
+    try:  # the kernel's value is the float32 one: checked after the conversion (1e-46 would be 0)
+        bits = struct.unpack("<I", struct.pack("<f", float(activation_clamp)))[0]
+    except OverflowError:
+        raise ValueError(f"activation_clamp must be a float32 value, got {activation_clamp}") from None
+    if not struct.unpack("<f", struct.pack("<I", bits))[0] > 0:
+        raise ValueError(f"activation_clamp must be > 0 as a float32 (or None), got {activation_clamp}")
+    return bits
 
 
 def m_grouped_fp8_gemm_nt_contiguous_swiglu(a, b, d, m_indices: torch.Tensor,

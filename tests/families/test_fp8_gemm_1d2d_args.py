@@ -1,4 +1,6 @@
-"""The FP8 1D2D layout's per-call part on the CPU: which trailing arguments are an index tensor and which host ints."""
+"""The FP8 1D2D layout's per-call part on the CPU: which trailing arguments are an index tensor and which host ints;
+the SwiGLU variants' clamp bits."""
+import pytest
 import torch
 
 from deep_gemm.families.fp8_gemm_1d2d_args import GemmLayout
@@ -30,3 +32,20 @@ def test_masked_index_then_host_int():
     out = out.view(1, 4, 8)
     layout.run(lhs, rhs, out, masked_m, 4)
     assert not out[0, :2].any() and out[0, 2:].all()  # k = 0: rows below masked_m become zeros, the rest stay
+
+
+@pytest.mark.parametrize("bits,exc", [(0x7FC00000, ValueError), (0x00000000, ValueError), (0xC1200000, ValueError),
+                                      (1 << 32, TypeError), (True, TypeError)])
+def test_swiglu_clamp_bits_refused(bits, exc):
+    """The SwiGLU variants' last argument (the clamp's float32 bits, from the public functions or a direct `_C` op
+    call): NaN, zero, negative and out-of-range bits never reach a kernel."""
+    from deep_gemm.families.fp8_gemm_1d2d_args import _swiglu_epilogue
+    with pytest.raises(exc, match="clamp"):
+        _swiglu_epilogue(bits)
+
+
+def test_swiglu_clamp_bits_taken():
+    from deep_gemm.families.fp8_gemm_1d2d_args import _swiglu_epilogue
+    from deep_gemm.heuristics.common import NO_CLAMP_BITS
+    assert _swiglu_epilogue(NO_CLAMP_BITS).clamp_bits == NO_CLAMP_BITS
+    assert _swiglu_epilogue(0x41200000).clamp_bits == 0x41200000  # 10.0

@@ -265,16 +265,22 @@ struct SwiGLUFP8Epilogue {
     }
 
     // NOTES: __expf and a fast division: within a few float32 ulps of the exact SiLU, far below an e4m3 step; the
-    // IEEE division's checks and slow-path calls were ~1000 instructions per thread and tile.
-    __device__ __forceinline__ static float activation(float gate, float up, float clamp) {
-        gate = fminf(gate, clamp);
-        up = fminf(fmaxf(up, -clamp), clamp);
+    // IEEE division's checks and slow-path calls were ~1000 instructions per thread and tile. The clamp (the float
+    // of kClampBits; none when it is +inf) keeps NaN a NaN, as torch.clamp does (fminf / fmaxf would drop it).
+    template <uint32_t kClampBits>
+    __device__ __forceinline__ static float activation(float gate, float up) {
+        if constexpr (kClampBits != 0x7f800000u) {
+            const float clamp = __uint_as_float(kClampBits);
+            gate = gate > clamp ? clamp : gate;
+            up = up > clamp ? clamp : (up < -clamp ? -clamp : up);
+        }
         return __fdividef(gate, 1.0f + __expf(-gate)) * up;
     }
 
     // The tile's activations in place of its gate accumulators (chunks 0-7), and this thread's rows' amax over the
     // cluster's 128 columns: `amax[s][h]` for rows lane_row + 8h of sub-tile s.
-    __device__ __forceinline__ void activate(float (&acc)[kNumSubTiles][64], float clamp, uint32_t lane,
+    template <uint32_t kClampBits>
+    __device__ __forceinline__ void activate(float (&acc)[kNumSubTiles][64], uint32_t lane,
                                              float (&amax)[kNumSubTiles][2]) {
         #pragma unroll
         for (uint32_t s = 0; s < kNumSubTiles; ++s) {
@@ -286,7 +292,7 @@ struct SwiGLUFP8Epilogue {
                     #pragma unroll
                     for (uint32_t i = 0; i < 2; ++i) {
                         const uint32_t j = c * 4 + h * 2 + i;
-                        acc[s][j] = activation(acc[s][j], acc[s][j + 32], clamp);
+                        acc[s][j] = activation<kClampBits>(acc[s][j], acc[s][j + 32]);
                         m = fmaxf(m, fabsf(acc[s][j]));
                     }
                 }

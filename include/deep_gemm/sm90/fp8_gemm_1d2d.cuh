@@ -136,7 +136,7 @@ struct FP8GemmOutput {
         for (uint32_t s = 0; s < kNumSubTiles; ++s)
             zero_other_experts(tile, final_accum[s], row_expert[s]);
         float amax[kNumSubTiles][2];
-        swiglu.activate(final_accum, __uint_as_float(Config::kActivationClampBits), wg.lane_idx, amax);
+        swiglu.template activate<Config::kActivationClampBits>(final_accum, wg.lane_idx, amax);
         wg.store_tile(
             [&] {
                 #pragma unroll
