@@ -10,15 +10,12 @@ cases that test prints. The SM clock is read after each suite.
 Usage (GPU machine): python -m benchmarks.attention [--suites prefill paged] [--cases N] [--peer MODULE]
                      [--num-tests 10] [--json OUT]
 """
-import argparse
-import importlib
-import json
 import random
 import sys
 
 import torch
 
-from benchmarks.bf16 import Runner, _geomean, _sm_clock
+from benchmarks.bf16 import gpu_runner, suite_parser, summarise_suite, write_json
 
 SUITES = ("prefill", "paged")
 # test_attention's sampling seeds per part (its DG_MQA_NUM_CASES).
@@ -159,37 +156,23 @@ def suite_paged(runner, libs, count):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suites", nargs="+", choices=SUITES, default=list(SUITES))
+    parser = suite_parser(__doc__, SUITES, "a second package with DeepGEMM's API to time on the same inputs")
     parser.add_argument("--cases", type=int, help="sample this many cases per suite (test_attention's seeds)")
-    parser.add_argument("--peer", help="a second package with DeepGEMM's API to time on the same inputs")
-    parser.add_argument("--num-tests", type=int, default=10)
-    parser.add_argument("--json", help="write the rows and the summary here")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks.attention: needs a CUDA GPU", file=sys.stderr)
+    ready = gpu_runner(args, "attention")
+    if ready is None:
         return 2
-    import deep_gemm
-    libs = {"ours": deep_gemm}
-    if args.peer:
-        libs["peer"] = importlib.import_module(args.peer)
-    runner = Runner(libs, args.num_tests)
+    libs, runner = ready
     summary = {}
     for suite in args.suites:
         {"prefill": suite_prefill, "paged": suite_paged}[suite](runner, libs, args.cases)
-        rows = [r for r in runner.rows if r["suite"] == suite]
-        ratios = [r["ours_over_peer"] for r in rows if "ours_over_peer" in r]
-        summary[suite] = dict(cases=len(rows), sm_clock=_sm_clock(), geomean_ours_over_peer=_geomean(ratios),
-                              min_ours_over_peer=min(ratios, default=None))
-        print(f"{suite}: {summary[suite]}", flush=True)
+        summary[suite] = summarise_suite(runner, suite, others=("peer",))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), peer=args.peer, summary=summary, rows=runner.rows), f,
-                      indent=1)
+        write_json(args.json, args.peer, summary, runner.rows)
     return 0
 
 

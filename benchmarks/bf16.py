@@ -79,6 +79,30 @@ class Runner:
         print(f"{suite} {label} | " + " | ".join(parts) + f" | {ratios}", flush=True)
 
 
+def suite_parser(doc: str, suites, peer_help: str) -> argparse.ArgumentParser:
+    """The command line the same-process suite benchmarks share (fp8_out, moe_mlp, attention): --suites, --peer,
+    --num-tests, --json; a benchmark adds its own options."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--suites", nargs="+", choices=suites, default=list(suites))
+    parser.add_argument("--peer", help=peer_help)
+    parser.add_argument("--num-tests", type=int, default=10)
+    parser.add_argument("--json", help="write the rows and the summary here")
+    return parser
+
+
+def gpu_runner(args, name: str):
+    """(libs, Runner) for a suite benchmark's arguments: ours, and the peer package `--peer` names; None (said on
+    stderr) without a GPU."""
+    if not torch.cuda.is_available():
+        print(f"benchmarks.{name}: needs a CUDA GPU", file=sys.stderr)
+        return None
+    import deep_gemm
+    libs = {"ours": deep_gemm}
+    if args.peer:
+        libs["peer"] = importlib.import_module(args.peer)
+    return libs, Runner(libs, args.num_tests)
+
+
 def summarise_suite(runner, suite, others=("unfused", "peer")) -> dict:
     """One suite's summary (case count, SM clock, geomean and min of ours_over_<other>), printed; for the
     benchmarks that time a fused path against others (fp8_out, moe_mlp)."""

@@ -9,13 +9,11 @@ faster. The SM clock is read after each suite.
 Usage (GPU machine): python -m benchmarks.fp8_out [--suites dense contiguous masked] [--peer MODULE]
                      [--num-tests 10] [--json OUT]
 """
-import argparse
-import importlib
 import sys
 
 import torch
 
-from benchmarks.bf16 import Runner, summarise_suite, write_json
+from benchmarks.bf16 import gpu_runner, suite_parser, summarise_suite, write_json
 
 SUITES = ("dense", "contiguous", "masked")
 # DeepSeek-V3's expert and dense shapes: gate/up (n = 2 x 2048) and down (k = 2048) of a 7168-wide model, and two of
@@ -132,24 +130,16 @@ def suite_grouped(runner, libs, suite):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suites", nargs="+", choices=SUITES, default=list(SUITES))
-    parser.add_argument("--peer", help="a second package with DeepGEMM's API: its BF16 GEMM, then our cast")
-    parser.add_argument("--num-tests", type=int, default=10)
-    parser.add_argument("--json", help="write the rows and the summary here")
-    return parser.parse_args(argv)
+    return suite_parser(__doc__, SUITES, "a second package with DeepGEMM's API: its BF16 GEMM, then our cast") \
+        .parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks.fp8_out: needs a CUDA GPU", file=sys.stderr)
+    ready = gpu_runner(args, "fp8_out")
+    if ready is None:
         return 2
-    import deep_gemm
-    libs = {"ours": deep_gemm}
-    if args.peer:
-        libs["peer"] = importlib.import_module(args.peer)
-    runner = Runner(libs, args.num_tests)
+    libs, runner = ready
     summary = {}
     for suite in args.suites:
         if suite == "dense":

@@ -15,14 +15,12 @@ are time ratios: > 1 means the fused path is faster.
 Usage (GPU machine): python -m benchmarks.moe_mlp [--suites prefill decode] [--peer MODULE] [--num-tests 10]
                      [--json OUT]
 """
-import argparse
-import importlib
 import random
 import sys
 
 import torch
 
-from benchmarks.bf16 import Runner, summarise_suite, write_json
+from benchmarks.bf16 import gpu_runner, suite_parser, summarise_suite, write_json
 
 SUITES = ("prefill", "decode")
 HIDDEN, INTER, EXPERTS, TOPK = 7168, 2048, 256, 8
@@ -132,24 +130,17 @@ def _case(runner, libs, suite, label, flops, fused, unfused_of, outs, counts=Non
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--suites", nargs="+", choices=SUITES, default=list(SUITES))
-    parser.add_argument("--peer", help="a second package with DeepGEMM's API: its BF16 GEMMs, our activation and cast")
-    parser.add_argument("--num-tests", type=int, default=10)
-    parser.add_argument("--json", help="write the rows and the summary here")
-    return parser.parse_args(argv)
+    return suite_parser(__doc__, SUITES, "a second package with DeepGEMM's API: its BF16 GEMMs, our activation and "
+                        "cast").parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks.moe_mlp: needs a CUDA GPU", file=sys.stderr)
+    ready = gpu_runner(args, "moe_mlp")
+    if ready is None:
         return 2
+    libs, runner = ready
     import deep_gemm
-    libs = {}
-    if args.peer:
-        libs["peer"] = importlib.import_module(args.peer)
-    runner = Runner({"ours": deep_gemm, **libs}, args.num_tests)
     w1, w2 = _weights(EXPERTS)
     w1_swiglu = deep_gemm.utils.interleave_swiglu_weights(w1)
     summary = {}
