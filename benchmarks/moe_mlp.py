@@ -120,7 +120,8 @@ def _case(runner, libs, suite, label, flops, fused, unfused_of, outs, counts=Non
     def check(lib):
         if counts is None:
             return runner.calc_diff(outs[lib].float(), reference)
-        rows = torch.arange(outs[lib].shape[1], device="cuda").view(1, -1) < torch.tensor(counts, device="cuda").view(-1, 1)
+        counted = torch.tensor(counts, device="cuda").view(-1, 1)
+        rows = torch.arange(outs[lib].shape[1], device="cuda").view(1, -1) < counted
         return runner.calc_diff(outs[lib][rows].float(), reference[rows])
     runner.case(suite, label, flops, calls, check)
     row = runner.rows[-1]

@@ -11,6 +11,7 @@ import torch
 
 from ..device import get_device_arch, get_num_sms
 from ..heuristics import KernelType, SwiGLU
+from ..heuristics.common import FP8Out
 from ..heuristics.common import ceil_div
 from ..jit.codegen import CppName
 from ..scale_layout import is_col_major_tma_aligned
@@ -53,7 +54,7 @@ class GemmLayout:
     psum_alignment: int = 0      # psum layout: row alignment of the experts' starts
     head_splits: HeadSplits = NO_HEAD_SPLITS
     # d = (e4m3 D, its MN-major 1 x 128 scales SFD): out is that pair; a SwiGLU instance: the gate/up GEMM's
-    fp8_out: object = False
+    fp8_out: FP8Out = False
     plans: dict = field(default_factory=dict)
     family: Optional[Family] = None  # bound by the runtime for a layout that launches
 
@@ -125,11 +126,11 @@ class GemmLayout:
         nothing."""
         if self.action == "launch":
             self.family.load(self.kind, lhs[0], rhs[0], self.num_sms, self.arch, self.expected_m, self.psum_alignment,
-                             **self._head_split_args())
+                             **self._family_args())
 
-    def _head_split_args(self) -> dict:
-        """The head splits and the FP8 output, for the family that serves them (sm90's; only their variants have
-        them)."""
+    def _family_args(self) -> dict:
+        """The head splits and the FP8-output epilogue, for the family that serves them (sm90's; only their variants
+        have them)."""
         return ({} if self.head_splits == NO_HEAD_SPLITS else {"head_splits": self.head_splits}) | \
             ({"fp8_out": self.fp8_out} if self.fp8_out else {})
 
@@ -139,7 +140,7 @@ class GemmLayout:
         if plan is None:
             plan = self.plans[geometry] = self.family.build_plan(self.kind, tensors, self.num_sms, self.arch,
                                                                  self.expected_m, self.psum_alignment,
-                                                                 **self._head_split_args())
+                                                                 **self._family_args())
         launch(plan, tuple(t.data_ptr() for t in tensors))
         return plan
 
@@ -279,6 +280,17 @@ def _swiglu_n(n: int, name: str) -> int:
     return n // 2
 
 
+def _d_columns(epilogue, n: int, d, sd, lead: Tuple[int, ...], lead_desc: str) -> int:
+    """D's column count for B's n (n, or n / 2 for the SwiGLU GEMM), once D [*lead, columns] and SFD [*lead,
+    ceil(columns / 128)] have those shapes."""
+    swiglu = isinstance(epilogue, SwiGLU)
+    n_d = _swiglu_n(n, _NAMES_FP8_OUT[2]) if swiglu else n
+    checks.check_shape(d, _NAMES_FP8_OUT[4], (*lead, n_d), f"{lead_desc} x {'n / 2' if swiglu else 'n'}")
+    checks.check_shape(sd, _NAMES_FP8_OUT[5], (*lead, ceil_div(n_d, 128)),
+                       f"{lead_desc} x {'n / 256' if swiglu else 'ceil(n/128)'}")
+    return n_d
+
+
 def _masked_fp8_d(lhs, rhs, out, masked_m, expected_m, epilogue) -> GemmLayout:
     names = _NAMES_FP8_OUT
     a, sa = checks.unpack_pair(lhs, "a")
@@ -297,12 +309,8 @@ def _masked_fp8_d(lhs, rhs, out, masked_m, expected_m, epilogue) -> GemmLayout:
     checks.check_shape(sb, names[3], (num_groups, ceil_div(n, 128), ceil_div(k, 128)), "G x ceil(n/128) x ceil(k/128)")
     checks.check_tensor(d, names[4], torch.float8_e4m3fn, 3)
     checks.check_tensor(sd, names[5], torch.float32, 3)
-    swiglu = isinstance(epilogue, SwiGLU)
-    n_d = _swiglu_n(n, names[2]) if swiglu else n
-    checks.check_shape(d, names[4], (num_groups, m_max, n_d), "G x m_max x n / 2" if swiglu else "G x m_max x n")
     checks.check_shape(sa, names[1], (num_groups, m_max, ceil_div(k, 128)), "G x m_max x ceil(k/128)")
-    checks.check_shape(sd, names[5], (num_groups, m_max, ceil_div(n_d, 128)),
-                       "G x m_max x n / 256" if swiglu else "G x m_max x ceil(n/128)")
+    n_d = _d_columns(epilogue, n, d, sd, (num_groups, m_max), "G x m_max")
     checks.check_index_tensor(masked_m, "masked_m", (num_groups,), "G")
     expected_m = checks.host_int(expected_m, "expected_m")
     named = list(zip(names + ("masked_m",), (a, sa, b, sb, d, sd, masked_m)))
@@ -347,10 +355,7 @@ def _contiguous_fp8_d(lhs, rhs, out, m_indices, epilogue) -> GemmLayout:
     checks.check_shape(sa, names[1], (m, ceil_div(k, 128)), "M x ceil(k/128)")
     checks.check_tensor(d, names[4], torch.float8_e4m3fn, 2)
     checks.check_tensor(sd, names[5], torch.float32, 2)
-    swiglu = isinstance(epilogue, SwiGLU)
-    n_d = _swiglu_n(n, names[2]) if swiglu else n
-    checks.check_shape(d, names[4], (m, n_d), "M x n / 2" if swiglu else "M x n")
-    checks.check_shape(sd, names[5], (m, ceil_div(n_d, 128)), "M x n / 256" if swiglu else "M x ceil(n/128)")
+    n_d = _d_columns(epilogue, n, d, sd, (m,), "M")
     checks.check_index_tensor(m_indices, "m_indices", (m,), "M")
     named = list(zip(names + ("m_indices",), (a, sa, b, sb, d, sd, m_indices)))
     device = checks.check_same_cuda_device(named)

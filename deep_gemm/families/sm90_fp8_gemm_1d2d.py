@@ -8,7 +8,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from .. import jit, log
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, KernelType, SwiGLU
-from ..heuristics.common import ceil_div, get_forced_config, has_group_row_ends
+from ..heuristics.common import FP8Out, ceil_div, get_forced_config, has_group_row_ends
 from ..heuristics.sm90 import get_sm90_config, sm90_kernel_variants, variant_row_counts
 from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
@@ -36,7 +36,7 @@ _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUO
 
 def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelType.NORMAL,
                   psum_alignment: int = 0, head_splits: HeadSplits = NO_HEAD_SPLITS,
-                  fp8_out: bool = False) -> jit.KernelSource:
+                  fp8_out: FP8Out = False) -> jit.KernelSource:
     """The template instantiation for (kind, n, k, config); m (and the groups) stay run-time arguments.
     `psum_alignment`: the psum layout's row alignment of the experts' starts (that kind only). The batched GEMM
     gathers its scales per stage (kGatherScales: SA at the caller's strides, SB's values of the K block); the other
@@ -77,7 +77,7 @@ def clear_kernels() -> None:
 
 
 def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelType, num_groups: int,
-                  head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: bool = False) -> GemmConfig:
+                  head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: FP8Out = False) -> GemmConfig:
     """The configuration a call loads; m: rows (dense, contiguous), expected rows per group (masked, psum) or rows
     per batch (batched). With head splits every tile lies inside one head part (BLOCK_N divides left and right)."""
     left, _, right = head_splits
@@ -87,7 +87,7 @@ def kernel_config(m: int, n: int, k: int, num_sms: int, arch: str, kind: KernelT
 
 def runtime_kernels(n: int, k: int, num_sms: int, arch: str, kind: KernelType = KernelType.NORMAL,
                     ms: Optional[Iterable[int]] = None, num_groups: int = 1, psum_alignment: int = 0,
-                    head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: bool = False) -> List[jit.KernelSource]:
+                    head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: FP8Out = False) -> List[jit.KernelSource]:
     """The distinct kernels calls of (kind, n, k) load, for heuristic m in `ms` (as `kernel_config`); `ms=None`:
     every kernel any m can pick, which is also what the first-sight precompile builds (dense and contiguous only:
     a masked, psum or batched kernel depends on the rows per group and the group count; head-split GEMMs walk the
@@ -135,7 +135,7 @@ def warmup_precompile(variant: str, shape: dict, num_sms: int, arch: str) -> Non
 
 def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, kind: KernelType,
             num_groups: int, psum_alignment: int = 0, head_splits: HeadSplits = NO_HEAD_SPLITS,
-            fp8_out: bool = False) -> _Kernel:
+            fp8_out: FP8Out = False) -> _Kernel:
     """The configured, loaded kernel; m: rows (dense, contiguous) or expected rows per group (masked, psum)."""
     forced = get_forced_config()
     key = (m, n, k, num_sms, device_index, arch, forced, kind, num_groups, psum_alignment, head_splits, fp8_out)
@@ -160,7 +160,7 @@ def _kernel(m: int, n: int, k: int, num_sms: int, device_index: int, arch: str, 
 
 
 def call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int, psum_alignment: int = 0,
-                head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: bool = False) -> _Kernel:
+                head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: FP8Out = False) -> _Kernel:
     """The kernel of a call with A and B (as in `build_plan`): the heuristic sees A's rows, expected_m for the
     kernels that walk groups, or the rows of one batch. Compile mode loads it without launching."""
     num_groups, n = (1, b.shape[0]) if kind == KernelType.NORMAL else b.shape[:2]
@@ -170,7 +170,7 @@ def call_kernel(kind: KernelType, a, b, num_sms: int, arch: str, expected_m: int
 
 
 def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: int = 0, psum_alignment: int = 0,
-               head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: bool = False):
+               head_splits: HeadSplits = NO_HEAD_SPLITS, fp8_out: FP8Out = False):
     """The `_C` plan of one layout, from kernel-ready tensors (A, SA, B, SB, out[, index]) with m, n, k > 0:
     SA MN-major and TMA-aligned, SB contiguous, A / B / out TMA operands, out n % 8 == 0.
 

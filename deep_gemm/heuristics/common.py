@@ -53,6 +53,11 @@ class SwiGLU:
     clamp_bits: int = NO_CLAMP_BITS
 
 
+# A GEMM's output epilogue beyond BF16: False (none), True (e4m3 with per-row 1 x 128 scales) or SwiGLU (that, after
+# the activation).
+FP8Out = Union[bool, SwiGLU]
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     """What the heuristics see: the shape, the SM budget and the target.
@@ -73,7 +78,7 @@ class GemmProblem:
     # A dense, contiguous or masked GEMM whose epilogue writes e4m3 with one scale per row and 128 columns (FP8
     # output): every tile holds whole 128-column groups (BLOCK_N a multiple of 128). A SwiGLU instance: the
     # contiguous or masked gate/up GEMM whose epilogue applies SwiGLU first (n a multiple of 256).
-    fp8_out: Union[bool, SwiGLU] = False
+    fp8_out: FP8Out = False
 
     def __post_init__(self):
         for name in ("m", "n", "k"):

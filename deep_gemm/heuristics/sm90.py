@@ -3,8 +3,8 @@ import functools
 import math
 from typing import Optional, Tuple
 
-from .common import (M_ALIGNMENT_CONTIGUOUS, GemmConfig, GemmProblem, KernelType, SwiGLU, a_rows_per_stage, align,
-                     ceil_div, has_group_row_ends, walks_groups, last_wave_util, min_sms_for_waves, num_waves)
+from .common import (M_ALIGNMENT_CONTIGUOUS, FP8Out, GemmConfig, GemmProblem, KernelType, SwiGLU, a_rows_per_stage,
+                     align, ceil_div, has_group_row_ends, walks_groups, last_wave_util, min_sms_for_waves, num_waves)
 
 SMEM_BUDGET = 232448        # opt-in shared memory per block (H100/H200)
 BLOCK_K = 128               # = the scale granularity along K
@@ -158,7 +158,7 @@ FP8_OUT_GROUP = 128
 
 
 def _pick_blocks(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
-                 n_segment: int = 0, fp8_out: bool = False) -> Tuple[int, int, int]:
+                 n_segment: int = 0, fp8_out: FP8Out = False) -> Tuple[int, int, int]:
     """(block_m, block_n, waves) for a dense or contiguous grouped GEMM of m rows (block_n dividing `n_segment`
     where it is set: GemmProblem.n_segment; a multiple of FP8_OUT_GROUP with `fp8_out`)."""
     # Dense calls with an m-row A box skip tiles narrower than DECODE_MIN_BLOCK_N while tiles of that width still
@@ -209,7 +209,7 @@ def _masked_samples(expected_m: int) -> Tuple[int, ...]:
 
 
 def _pick_masked_blocks(m: int, n: int, k: int, sms: int, groups: int,
-                        fp8_out: bool = False) -> Tuple[int, int, int]:
+                        fp8_out: FP8Out = False) -> Tuple[int, int, int]:
     """(block_m, block_n, waves) for a masked GEMM with expected_m = m rows per group (block_n a multiple of
     FP8_OUT_GROUP with `fp8_out`)."""
     samples = _masked_samples(m)
@@ -360,7 +360,7 @@ def _swiglu_config(m: int, n: int, k: int, sms: int, kind: KernelType) -> GemmCo
 
 
 def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.NORMAL,
-               groups: int = 1, n_segment: int = 0, fp8_out=False) -> GemmConfig:
+               groups: int = 1, n_segment: int = 0, fp8_out: FP8Out = False) -> GemmConfig:
     if isinstance(fp8_out, SwiGLU):
         return _swiglu_config(m, n, k, sms, kind)
     masked = walks_groups(kind)
