@@ -17,6 +17,26 @@ __device__ __forceinline__ uint32_t swizzled_offset(uint32_t row, uint32_t col_b
     return atom * kAtomBytes + offset;
 }
 
+// The 64 tile rows from `row0` of an e4m3 shared-memory tile (laid out as swizzled_offset's) copied to global memory
+// by a warpgroup's 128 threads with 16-byte stores (FP8RowScaleEpilogue, SwiGLUFP8Epilogue): kChunks chunks per row,
+// the tile's byte b of a row to byte col_bytes + b of D's row m_start + row (rows of `row_stride_bytes`); tile rows
+// >= valid_rows and D bytes >= limit_bytes skipped. A masked group's last block: rows past the group's end must stay
+// untouched, which a TMA box cannot express.
+template <uint32_t kRowBytes, uint32_t kSwizzleBytes, uint32_t kAtomBytes, uint32_t kChunks>
+__device__ __forceinline__ void copy_tile_rows(const uint8_t* smem, uint32_t row0, uint32_t valid_rows, uint8_t* d,
+                                               uint64_t row_stride_bytes, uint32_t m_start, uint32_t col_bytes,
+                                               uint32_t limit_bytes, uint32_t thread) {
+    #pragma unroll 1
+    for (uint32_t i = thread; i < 64 * kChunks; i += 128) {
+        const uint32_t row = row0 + i / kChunks;
+        const uint32_t chunk = i % kChunks;
+        const uint32_t col = col_bytes + chunk * 16;
+        if (row < valid_rows and col < limit_bytes)
+            copy_16b_shared_to_global(d + (m_start + row) * row_stride_bytes + col,
+                                      smem + swizzled_offset<kRowBytes, kSwizzleBytes, kAtomBytes>(row, chunk * 16));
+    }
+}
+
 // Epilogue policies (the shell's `Epilogue`). A policy provides smem_d_bytes<kNumMathWGs>() (its shared-memory D
 // region, a multiple of 1024 bytes: the stages after it keep the 128B swizzle's alignment) and the kernel's writes
 // into it (write_warp: one warp's 16 rows of a 64-row WGMMA accumulator) and out of it (TMA stores / reductions).
@@ -186,17 +206,8 @@ struct FP8RowScaleEpilogue {
     __device__ __forceinline__ static void copy_rows(const uint8_t* smem_d, uint32_t row0, uint32_t valid_rows,
                                                      uint8_t* d, uint32_t row_stride, uint32_t m_start,
                                                      uint32_t n_start, uint32_t shape_n, uint32_t thread) {
-        constexpr uint32_t kNumChunks = BLOCK_N / 16;
-        #pragma unroll 1
-        for (uint32_t i = thread; i < 64 * kNumChunks; i += 128) {
-            const uint32_t row = row0 + i / kNumChunks;
-            const uint32_t chunk = i % kNumChunks;
-            const uint32_t col = n_start + chunk * 16;
-            if (row < valid_rows and col < shape_n) {
-                copy_16b_shared_to_global(d + static_cast<uint64_t>(m_start + row) * row_stride + col,
-                                          smem_d + swizzled_offset<kRowBytes, 128, kAtomBytes>(row, chunk * 16));
-            }
-        }
+        copy_tile_rows<kRowBytes, 128, kAtomBytes, BLOCK_N / 16>(smem_d, row0, valid_rows, d, row_stride, m_start,
+                                                                 n_start, shape_n, thread);
     }
 
     // Issue the TMA stores of the 64 tile rows starting at `row0` (one thread; as BF16Epilogue::store_rows). The D
@@ -353,13 +364,8 @@ struct SwiGLUFP8Epilogue {
     __device__ __forceinline__ static void copy_rows(const uint8_t* smem_d, uint32_t row0, uint32_t valid_rows,
                                                      uint8_t* d, uint32_t row_stride, uint32_t m_start,
                                                      uint32_t n_start, uint32_t thread) {
-        #pragma unroll 1
-        for (uint32_t i = thread; i < 64 * 4; i += 128) {
-            const uint32_t row = row0 + i / 4, chunk = i % 4;
-            if (row < valid_rows)
-                copy_16b_shared_to_global(d + static_cast<uint64_t>(m_start + row) * row_stride + n_start + chunk * 16,
-                                          smem_d + swizzled_offset<kOutCols, 64, kTileBytes>(row, chunk * 16));
-        }
+        copy_tile_rows<kOutCols, 64, kTileBytes, kOutCols / 16>(smem_d, row0, valid_rows, d, row_stride, m_start,
+                                                                n_start, ~0u, thread);
     }
 
     // TMA store of the 64 rows from `row0` (one thread; D's map: e4m3 bytes, box 64 x 64, 64-byte swizzle).
