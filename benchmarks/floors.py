@@ -20,7 +20,8 @@ scales once, and, after the write flush only, the torch definition they replace 
 its kernels, its zero fill included; the launch gaps between them are not counted). Each case first checks that the
 kernel's result is bitwise the torch definition's ("bitwise_equal" in the JSON).
 
-    python -m benchmarks.floors [--suite bmm|dense|decode|masked|masked_decode|cast|cast_block|cast_variants|all]
+    python -m benchmarks.floors [--suite bmm|dense|decode|masked|masked_decode|cast|cast_block|cast_channel|
+                                         cast_variants|all]
                                 [--peer MODULE] [--flushes write read] [--json PATH]   (needs Triton, as the BMM
                                 seed does)
 """
@@ -205,6 +206,8 @@ SUITES = {
     # 64-65536 rows x 2048-7168 columns; then FP32 inputs, UE8M0 scales and the per-channel cast at one shape.
     "cast": [(cast_case, ("per_token", m, k)) for m in CAST_ROWS for k in CAST_COLS],
     "cast_block": [(cast_case, ("per_block", m, k)) for m in CAST_ROWS for k in CAST_COLS],
+    # The per-channel cast (groups of 128 rows: 128 stands for 64) over the same grid.
+    "cast_channel": [(cast_case, ("per_channel", max(m, 128), k)) for m in CAST_ROWS for k in CAST_COLS],
     "cast_variants": [(cast_case, args) for args in (("per_token", 4096, 7168, "bf16", True),
                                                      ("per_token", 4096, 7168, "fp32", False),
                                                      ("per_block", 4096, 7168, "fp32", True),

@@ -29,7 +29,7 @@ _U32_LIMIT = 1 << 31  # sizes and strides the kernel takes as 32-bit values (gri
 def kernel_source(kind: str, bf16: bool, ue8m0: bool, config: CastConfig) -> jit.KernelSource:
     named = dict(kKind=jit.CppName(f"deep_gemm::sm90::CastKind::{_KIND_CPP[kind]}"), kInputBF16=bf16, kVec=config.vec,
                  kUE8M0=ue8m0, kGran=GRAN, kNumThreads=config.num_threads, kMinBlocks=config.min_blocks,
-                 kRounds=config.rounds)
+                 kRounds=config.rounds, kLanesPerRow=config.lanes_per_row)
     return jit.KernelSource(name=f"sm90_fp8_cast_{kind}", header=HEADER, function=FUNCTION, config=named)
 
 

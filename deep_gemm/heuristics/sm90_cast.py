@@ -17,11 +17,17 @@ VECTOR_BYTES = 16            # the widest load
 # with 4 rounds won (1.18 against 1.30), and at 4096 rows 512-thread CTAs lost 7-11%.
 # Per block, a CTA holds a 128 x 128 block, 32 elements per thread: two CTAs per SM, so that one's loads overlap the
 # other's arithmetic (narrow vectors: a load per element, whose addresses need more registers; one CTA).
-# Per channel, a CTA holds 128 rows of 32 vectors, 16 rows per warp: two CTAs per SM.
+# Per channel, a CTA holds 128 rows of 16 vectors (16 lanes across a row, 8 rows per thread), or of 8 vectors where
+# that leaves fewer than CHANNEL_MIN_CTAS_PER_SM CTAs per SM: two CTAs per SM. NOTES: H100, ours / floor
+# (`.peer` sweep, 2026-11-27h): 32 lanes 1.04-1.07 from 32768 rows, 1.14-1.21 at 4096, 2.0-2.6 at 128-512 (8-32
+# CTAs: a CTA's arithmetic runs on one SM); 16 lanes 0.98-1.03 / 1.02-1.25 / 1.3-1.85; 8 lanes 1.03-1.11 /
+# 1.05-1.19 / 1.25-1.56 (best below 8 CTAs of 16 lanes per SM).
 TOKEN_LAUNCH, SMALL_TOKEN_LAUNCH = (128, 64), (512, 64)
 SMALL_TOKEN_UNITS = 8192
 BLOCK_LAUNCH, BLOCK_NARROW_LAUNCH = (512, 64), (512, 128)
 CHANNEL_LAUNCH = (256, 128)
+CHANNEL_LANES = (16, 8)
+CHANNEL_MIN_CTAS_PER_SM = 6
 ROUNDS = (4, 2, 1)           # per token: loads of groups per lane a warp issues before its first reduction
 MIN_WARPS_PER_SM = 16        # per token: fewer rounds when more would leave fewer warps than this per SM
 # (512 x 7168 BF16: 4 rounds at 16 warps per SM 1.18x the floor, 2 rounds at 32 1.36x; H200, same sweep)
@@ -35,6 +41,7 @@ class CastConfig:
     min_blocks: int    # CTAs per SM the kernel's registers must allow (__launch_bounds__)
     rounds: int        # per token: rounds of groups per warp; 1 otherwise
     grid: int
+    lanes_per_row: int = 32   # per channel: threads across a row (a CTA covers lanes_per_row * vec columns)
 
 
 def vector_width(element_size: int, *multiples: int) -> int:
@@ -66,8 +73,11 @@ def get_cast_config(kind: str, rows: int, cols: int, vec: int, element_size: int
         return CastConfig(vec, threads, REGISTERS_PER_SM // (threads * registers), 1, grid)
     if kind == "per_channel":
         threads, registers = CHANNEL_LAUNCH
-        grid = ceil_div(rows, GRAN) * ceil_div(cols, 32 * vec)
-        return CastConfig(vec, threads, REGISTERS_PER_SM // (threads * registers), 1, grid)
+        for lanes in CHANNEL_LANES:
+            grid = ceil_div(rows, GRAN) * ceil_div(cols, lanes * vec)
+            if grid >= CHANNEL_MIN_CTAS_PER_SM * num_sms:
+                break
+        return CastConfig(vec, threads, REGISTERS_PER_SM // (threads * registers), 1, grid, lanes)
     groups = ceil_div(cols, GRAN)
     single_round_units = rows * ceil_div(groups, groups_per_round(vec))
     if single_round_units <= SMALL_TOKEN_UNITS:

@@ -94,8 +94,14 @@ def test_launch_shapes():
     block = get_cast_config("per_block", 4097, 200, 8, 2, 132)
     assert (block.num_threads, block.min_blocks, block.grid) == (512, 2, 33 * 2)
     assert get_cast_config("per_block", 4097, 200, 2, 2, 132).min_blocks == 1   # narrow vectors: more registers
+    # Per channel: 16 lanes across a row where that gives at least 6 CTAs per SM, else 8.
+    wide = get_cast_config("per_channel", 4096, 4096, 8, 2, 132)
+    assert (wide.lanes_per_row, wide.grid) == (16, 32 * 32)
+    narrow = get_cast_config("per_channel", 4096, 2048, 8, 2, 132)
+    assert (narrow.lanes_per_row, narrow.grid) == (8, 32 * 32)
     channel = get_cast_config("per_channel", 512, 2112, 8, 2, 132)
-    assert channel.grid == 4 * 9
+    assert (channel.lanes_per_row, channel.grid) == (8, 4 * 33)
+    assert big.lanes_per_row == block.lanes_per_row == 32
     with pytest.raises(ValueError, match="kind"):
         get_cast_config("per_tensor", 1, 1, 1, 2, 1)
 

@@ -24,8 +24,11 @@
 //    any math; a group's amax is a shuffle reduction over its lanes. No shared memory.
 //  - per block: a CTA holds one 128 x 128 block in registers (128 x 128 / kNumThreads elements per thread) and
 //    reduces its amax through one word of shared memory per warp.
-//  - per channel: a CTA holds 128 rows x (32 kVec) columns, each warp 128 / (kNumThreads / 32) rows of them; the
-//    per-column amax goes through shared memory across warps.
+//  - per channel: a CTA holds 128 rows x (kLanesPerRow kVec) columns: kLanesPerRow threads across a row, the
+//    CTA's kNumThreads / kLanesPerRow row slots down the columns. Each slot's per-column amax goes to shared memory,
+//    then one thread per column reduces it over the slots and stores the scale (conflict-free; every thread reducing
+//    its own kVec columns over all slots read kVec-strided words). Narrower CTAs (fewer lanes per row) spread a small
+//    problem over more SMs: a CTA's arithmetic runs on one SM.
 
 #include <deep_gemm/common/utils.cuh>
 
@@ -207,6 +210,32 @@ __device__ __forceinline__ void quantise_store_slow(const uint8_t* x, uint8_t* o
     }
 }
 
+// kCount consecutive words of shared memory from / to registers, 16 bytes at a time where the count allows (the
+// address is 16-byte aligned when kCount is a multiple of 4).
+template <uint32_t kCount>
+__device__ __forceinline__ void store_shared_words(uint32_t* dst, const uint32_t (&w)[kCount]) {
+    #pragma unroll
+    for (uint32_t i = 0; i < kCount; i += (kCount % 4 == 0 ? 4 : 1)) {
+        if constexpr (kCount % 4 == 0)
+            *reinterpret_cast<uint4*>(dst + i) = make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]);
+        else
+            dst[i] = w[i];
+    }
+}
+
+template <uint32_t kCount>
+__device__ __forceinline__ void load_shared_words(const uint32_t* src, uint32_t (&w)[kCount]) {
+    #pragma unroll
+    for (uint32_t i = 0; i < kCount; i += (kCount % 4 == 0 ? 4 : 1)) {
+        if constexpr (kCount % 4 == 0) {
+            const uint4 q = *reinterpret_cast<const uint4*>(src + i);
+            w[i] = q.x, w[i + 1] = q.y, w[i + 2] = q.z, w[i + 3] = q.w;
+        } else {
+            w[i] = src[i];
+        }
+    }
+}
+
 template <bool kBF16, uint32_t kVec>
 __device__ __forceinline__ float vec_abs_max(const Vec<kBF16, kVec>& v, float a) {
     #pragma unroll
@@ -364,68 +393,73 @@ __device__ __forceinline__ void per_channel(const uint8_t* x, uint8_t* out, floa
                                             uint64_t x_stride, uint64_t out_stride, uint32_t sf_stride_0,
                                             uint32_t sf_stride_1) {
     constexpr uint32_t kGran = Config::kGran, kVec = Config::kVec, kNumThreads = Config::kNumThreads;
-    constexpr uint32_t kWarps = kNumThreads / 32;
-    constexpr uint32_t kColsPerCta = 32 * kVec;
-    DG_STATIC_ASSERT(kGran % kWarps == 0, "whole rows per warp");
-    constexpr uint32_t kRowsPerWarp = kGran / kWarps;
+    constexpr uint32_t kLanesPerRow = Config::kLanesPerRow;
+    constexpr uint32_t kColsPerCta = kLanesPerRow * kVec;
+    constexpr uint32_t kRowSlots = kNumThreads / kLanesPerRow;  // threads down a column
+    DG_STATIC_ASSERT(32 % kLanesPerRow == 0 and kGran % kRowSlots == 0, "whole rows per warp and per thread");
+    constexpr uint32_t kRowsPerThread = kGran / kRowSlots;
     constexpr uint32_t kElementBytes = kBF16 ? 2 : 4;
-    __shared__ uint32_t col_amax[kWarps][kColsPerCta];
+    // Each row slot's per-column amax, then, in slot 0, the CTA's.
+    __shared__ __align__(16) uint32_t col_amax[kRowSlots][kColsPerCta];
 
     const uint32_t col_tiles = ceil_div(cols, kColsPerCta);
     const uint32_t row_block = blockIdx.x / col_tiles, col_tile = blockIdx.x % col_tiles;
-    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const uint32_t slot = threadIdx.x / kLanesPerRow, lane = threadIdx.x % kLanesPerRow;
     const uint32_t col = col_tile * kColsPerCta + lane * kVec;
-    const uint32_t first_row = row_block * kGran + warp * kRowsPerWarp;  // rows % kGran == 0: all rows exist
+    const uint32_t first_row = row_block * kGran + slot * kRowsPerThread;  // rows % kGran == 0: all rows exist
     const bool col_ok = col < cols;
 
-    Vec<kBF16, kVec> v[kRowsPerWarp];
+    // A thread's rows are consecutive: first_row + i.
+    Vec<kBF16, kVec> v[kRowsPerThread];
     #pragma unroll
-    for (uint32_t i = 0; i < kRowsPerWarp; ++i) {
+    for (uint32_t i = 0; i < kRowsPerThread; ++i) {
         if (col_ok)
             v[i].load(x + ((first_row + i) * x_stride + col) * kElementBytes);
         else
             v[i].zero();
     }
+    uint32_t partial[kVec];
     #pragma unroll
     for (uint32_t j = 0; j < kVec; ++j) {
         float a = 0.0f;
         #pragma unroll
-        for (uint32_t i = 0; i < kRowsPerWarp; ++i)
+        for (uint32_t i = 0; i < kRowsPerThread; ++i)
             a = abs_max_nan(a, v[i].get(j));
-        col_amax[warp][lane * kVec + j] = __float_as_uint(a);
+        partial[j] = __float_as_uint(a);
     }
+    store_shared_words<kVec>(&col_amax[slot][lane * kVec], partial);
     __syncthreads();
 
-    // Each column's scale (threads of every warp compute the same ones: no second exchange).
+    // Each column's amax over the slots and its scale, by one thread (the scales' store is coalesced here).
+    for (uint32_t c = threadIdx.x; c < kColsPerCta; c += kNumThreads) {
+        uint32_t amax = col_amax[0][c];
+        #pragma unroll
+        for (uint32_t r = 1; r < kRowSlots; ++r)
+            amax = max(amax, col_amax[r][c]);
+        col_amax[0][c] = amax;  // only this thread reads or writes column c in this phase
+        const uint32_t sf_col = col_tile * kColsPerCta + c;
+        if (sf_col < cols) {
+            sf[static_cast<uint64_t>(row_block) * sf_stride_0 + static_cast<uint64_t>(sf_col) * sf_stride_1] =
+                GroupScale<Config::kUE8M0>(amax).scale;
+        }
+    }
+    __syncthreads();
+    if (not col_ok)
+        return;
+
+    uint32_t amax[kVec];
+    load_shared_words<kVec>(&col_amax[0][lane * kVec], amax);
     GroupScale<Config::kUE8M0> scale[kVec];
     bool finite = true;
     #pragma unroll
     for (uint32_t j = 0; j < kVec; ++j) {
-        uint32_t amax = 0;
-        #pragma unroll
-        for (uint32_t w = 0; w < kWarps; ++w)
-            amax = max(amax, col_amax[w][lane * kVec + j]);
-        scale[j] = GroupScale<Config::kUE8M0>(amax);
+        scale[j] = GroupScale<Config::kUE8M0>(amax[j]);
         finite = finite and scale[j].finite;
     }
-    if (not col_ok)
-        return;
-    if (warp == 0) {  // first: the scales' registers are then free for the quotients (with UE8M0 they need none)
-        #pragma unroll
-        for (uint32_t j = 0; j < kVec; ++j)
-            sf[static_cast<uint64_t>(row_block) * sf_stride_0 + static_cast<uint64_t>(col + j) * sf_stride_1] =
-                scale[j].scale;
-    }
     // The rare path reads its columns' amaxes again from shared memory (by a run-time column index).
-    const auto slow_scale = [&](uint32_t j) {
-        uint32_t amax = 0;
-        #pragma unroll
-        for (uint32_t w = 0; w < kWarps; ++w)
-            amax = max(amax, col_amax[w][lane * kVec + j]);
-        return GroupScale<Config::kUE8M0>(amax).scale;
-    };
+    const auto slow_scale = [&](uint32_t j) { return GroupScale<Config::kUE8M0>(col_amax[0][lane * kVec + j]).scale; };
     #pragma unroll
-    for (uint32_t i = 0; i < kRowsPerWarp; ++i) {
+    for (uint32_t i = 0; i < kRowsPerThread; ++i) {
         uint8_t* dst = out + (first_row + i) * out_stride + col;
         if (finite) {
             quantise_store<kVec>([&](uint32_t j) { return v[i].get(j); },
@@ -440,9 +474,9 @@ __device__ __forceinline__ void per_channel(const uint8_t* x, uint8_t* out, floa
 
 // Config: kKind (CastKind), kInputBF16 (else FP32), kVec (elements per vector: 1..8 for BF16, 1..4 for FP32),
 // kUE8M0, kGran (128), kNumThreads, kMinBlocks (CTAs per SM the registers must allow), kRounds (per token: rounds
-// of groups per warp; 1 otherwise).
+// of groups per warp; 1 otherwise), kLanesPerRow (per channel: threads across a row; 32 otherwise).
 // Grid: per token ceil(rows * ceil(ceil(cols / kGran) / groups per warp) / warps per CTA); per block
-// ceil(rows / kGran) * ceil(cols / kGran); per channel (rows / kGran) * ceil(cols / (32 kVec)).
+// ceil(rows / kGran) * ceil(cols / kGran); per channel (rows / kGran) * ceil(cols / (kLanesPerRow kVec)).
 template <typename Config>
 __global__ void __launch_bounds__(Config::kNumThreads, Config::kMinBlocks)
 fp8_cast_impl(const void* __restrict__ x, uint8_t* __restrict__ out, float* __restrict__ sf,
