@@ -205,7 +205,8 @@ def _check_fp8_d(named, n: int, k: int) -> None:
                          f"get_mn_major_tma_aligned_tensor returns it; got strides {sd.stride()}")
     if sd.dim() == 2:
         rows = sd.shape[0]
-        if rows > 1 and (sd.stride(0) != 1 or sd.stride(1) < rows):
+        # (one column of scales: its stride is never used, so a contiguous [rows, 1] tensor is MN-major too)
+        if rows > 1 and (sd.stride(0) != 1 or (sd.shape[1] > 1 and sd.stride(1) < rows)):
             raise ValueError(f"{names[5]} must be MN-major (stride(0) == 1, stride(1) >= its rows), as "
                              f"per_token_cast_to_fp8(x, mn_major_sf=True) returns it; got strides {sd.stride()}")
         if sd.stride(1) >= 1 << 32:

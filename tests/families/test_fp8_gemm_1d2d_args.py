@@ -1,5 +1,5 @@
 """The FP8 1D2D layout's per-call part on the CPU: which trailing arguments are an index tensor and which host ints;
-the SwiGLU variants' clamp bits."""
+the SwiGLU variants' clamp bits; the FP8-d variants' SFD layouts."""
 import pytest
 import torch
 
@@ -49,3 +49,22 @@ def test_swiglu_clamp_bits_taken():
     from deep_gemm.heuristics.common import NO_CLAMP_BITS
     assert _swiglu_epilogue(NO_CLAMP_BITS).clamp_bits == NO_CLAMP_BITS
     assert _swiglu_epilogue(0x41200000).clamp_bits == 0x41200000  # 10.0
+
+
+
+def _fp8_d_named(n, sfd):
+    m, k = 64, 128
+    fp8 = torch.float8_e4m3fn
+    tensors = (torch.zeros(m, k, dtype=fp8), torch.ones(m, 1), torch.zeros(n, k, dtype=fp8),
+               torch.ones((n + 127) // 128, 1), torch.zeros(m, n, dtype=fp8), sfd)
+    return list(zip(("a", "sfa", "b", "sfb", "d", "sfd"), tensors)), n, k
+
+
+def test_fp8_d_scales_of_one_column_may_be_contiguous():
+    """SFD must be MN-major (stride(0) == 1, stride(1) >= m); with one column of scales (n <= 128) its stride(1) is
+    never used, so torch.empty((m, 1)) is taken."""
+    from deep_gemm.families.fp8_gemm_1d2d_args import _check_fp8_d
+    _check_fp8_d(*_fp8_d_named(128, torch.ones(64, 1)))
+    _check_fp8_d(*_fp8_d_named(256, torch.ones(2, 64).t()))   # MN-major
+    with pytest.raises(ValueError, match="MN-major"):
+        _check_fp8_d(*_fp8_d_named(256, torch.ones(64, 2)))   # row-major scales: refused

@@ -49,6 +49,18 @@ def test_zero_rows_and_huge_products():
     assert float(d[64:128].float().abs().max()) == 448.0   # each row's amax maps to the e4m3 maximum
 
 
+def test_one_column_of_scales_may_be_contiguous():
+    # n <= 128: SFD [m, 1]; a contiguous one (strides (1, 1)) is taken, as its column stride is never used
+    m, n, k = 300, 128, 512
+    lhs, rhs, _, _ = dense_operands(m, n, k, torch.device("cuda"), 21)
+    d, sfd = _pair(m, n)
+    d_contiguous, sfd_contiguous = torch.empty_like(d), torch.empty((m, 1), device="cuda")
+    deep_gemm.fp8_gemm_nt_fp8_out(lhs, rhs, (d, sfd))
+    deep_gemm.fp8_gemm_nt_fp8_out(lhs, rhs, (d_contiguous, sfd_contiguous))
+    torch.cuda.synchronize()
+    assert torch.equal(d.view(torch.uint8), d_contiguous.view(torch.uint8)) and torch.equal(sfd, sfd_contiguous)
+
+
 def test_cuda_graph_replay():
     m, n, k = 300, 2112, 1024
     lhs, rhs, ref, _ = dense_operands(m, n, k, torch.device("cuda"), 9)
