@@ -153,6 +153,44 @@ def _block_ms(m: int, kind: KernelType) -> Tuple[int, ...]:
 # 16.8, 32x7168x2048 10.9 vs 9.4, 16x24576x1536 25.0 vs 20.2 (benchmarks/NOTES.md): below 32 columns the per-K-block
 # work of a tile, not the number of CTAs streaming, sets the time (66 CTAs still stream 2112x7168 faster than 132).
 DECODE_MIN_BLOCK_N = 32
+# Dense decode with few weight columns: a CTA's time is a chain of ~DECODE_CHAIN_US per K block (wait, WGMMAs,
+# promote), whatever its tile's width, so at m = 1, k = 7168 every n from 256 to 1536 took 10.0-10.4 us (H100,
+# benchmarks/NOTES.md "Dense decode"). Cutting K over a cluster of S CTAs (ClusterSplitEpilogue) shortens the chain
+# S-fold for a fixed ~DECODE_SPLIT_US, and pays where the clusters fit at once: at most DECODE_SPLIT_MAX_CTAS CTAs
+# (1 x 2112 x 7168 on 132 CTAs in 2-CTA clusters ran 13.3 us against 11.4 unsplit). Measured per K block of a split
+# CTA by tile width (DECODE_SPLIT_KBLOCK_US); m above DECODE_SPLIT_MAX_M was not measured. NOTES: H100, 1 x 576 x
+# 7168 10.1 -> 8.0 us (64 x 32, 4 splits), 16 x 576 x 7168 10.3 -> 7.8, 1 x 256 x 7168 10.0 -> 6.5 (64 x 16, 4).
+DECODE_SPLIT_MAX_M = 16
+DECODE_SPLIT_MAX_CTAS = 72
+DECODE_FIXED_US = 2.2
+DECODE_CHAIN_US = 0.14
+DECODE_SPLIT_US = 2.5
+DECODE_SPLIT_KBLOCK_US = {16: 0.13, 32: 0.236}
+DECODE_SPLITS = (2, 4, 8)
+# A split is taken only when modelled at least this much faster than the unsplit call.
+DECODE_SPLIT_GAIN = 0.9
+
+
+def decode_split(m: int, n: int, k: int, num_sms: int) -> Tuple[int, int]:
+    """(block_n, cluster K splits) of a dense m x n x k call of at most DECODE_SPLIT_MAX_M rows (64-row tiles), or
+    (0, 1) to leave it unsplit: the fastest by the chain model above among the widths of DECODE_SPLIT_KBLOCK_US and
+    the split counts dividing the K blocks whose CTAs all fit at once."""
+    k_blocks = ceil_div(k, BLOCK_K)
+    unsplit = DECODE_FIXED_US + k_blocks * DECODE_CHAIN_US
+    best, best_us = (0, 1), unsplit * DECODE_SPLIT_GAIN
+    if m > DECODE_SPLIT_MAX_M:
+        return best
+    for block_n, kblock_us in DECODE_SPLIT_KBLOCK_US.items():
+        tiles = ceil_div(n, block_n)
+        for splits in DECODE_SPLITS:
+            if k_blocks % splits or tiles * splits > min(DECODE_SPLIT_MAX_CTAS, num_sms):
+                continue
+            us = DECODE_FIXED_US + DECODE_SPLIT_US + k_blocks // splits * kblock_us
+            if us < best_us:
+                best, best_us = (block_n, splits), us
+    return best
+
+
 # FP8 output (GemmProblem.fp8_out): the epilogue's scale groups, whole in every tile.
 FP8_OUT_GROUP = 128
 
@@ -317,15 +355,15 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
     the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the device
     knows). `num_groups`: batches of a batched GEMM, whose tiles repeat per batch; `a_box_rows`: see GemmConfig;
     `gather_scales`: the kernel gathers its scales per stage (the batched GEMM); `cluster_k_splits` CTAs of a
-    cluster per dense tile, each K blocks / splits of them (a divisor; not picked by the heuristic yet). Also used by tools/
-    to time configurations the heuristic did not pick. `paired_scales`: the SwiGLU GEMM (sm90_smem_size)."""
+    cluster per dense tile, each K blocks / splits of them (a divisor; see decode_split). Also used by tools/ to
+    time configurations the heuristic did not pick. `paired_scales`: the SwiGLU GEMM (sm90_smem_size)."""
     if a_box_rows and num_multicast > 1 and not gather_scales:
         raise ValueError("a dense GEMM loads fewer A rows per stage only without multicast")
     splits = cluster_k_splits
     if splits > 1 and (num_multicast > 1 or num_groups > 1 or gather_scales or full_grid or num_sms < splits or
                        ceil_div(k, BLOCK_K) % splits):
-        raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs without multicast whose {ceil_div(k, BLOCK_K)} "
-                         f"K blocks they divide")
+        raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs without multicast whose "
+                         f"{ceil_div(k, BLOCK_K)} K blocks they divide")
     stages = next((s for s in range(max_stages, 0, -1)
                    if sm90_smem_size(k, block_m, block_n, s, gather_scales, splits, paired_scales) <= SMEM_BUDGET), 0)
     if stages == 0:
@@ -374,6 +412,12 @@ def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.N
     if kind == KernelType.NORMAL and num_multicast == 1:
         # A dense call of fewer rows than the tile loads only its rows (rounded up: a_rows_per_stage). NOTES: H100,
         # 1x2112x7168 at 64x16: 17.1 us with 64-row A boxes, 11.9 with 8-row ones; 1x4096x7168 at 64x32 20.1 -> 16.8.
+        # Few weight columns: K cut over a cluster (decode_split; not with head splits or an FP8 d, whose epilogues
+        # the split's does not replace).
+        split_bn, splits = decode_split(m, n, k, sms) if n_segment == 0 and not fp8_out and bm == 64 else (0, 1)
+        if splits > 1:
+            return build_sm90_config(m, n, k, bm, split_bn, sms, a_box_rows=a_rows_per_stage(m, bm),
+                                     cluster_k_splits=splits)
         return build_sm90_config(m, n, k, bm, bn, sms, a_box_rows=a_rows_per_stage(m, bm))
     if kind != KernelType.BATCHED:
         return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)

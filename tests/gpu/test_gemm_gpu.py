@@ -259,7 +259,8 @@ def test_new_m_never_compiles(monkeypatch):
     assert calls == [], f"{len(calls)} compiles after the first sight of (n, k)"
 
 
-# Cluster K splits of the dense FP8 kernel (forced: the heuristic does not pick them yet): the split counts divide
+# Cluster K splits of the dense FP8 kernel (forced here; the heuristic picks them for few weight columns at m <= 16,
+# heuristics/sm90.py decode_split, see test_decode_splits_picked): the split counts divide
 # the K blocks; several tiles per cluster (1 x 2112 with 16-wide tiles), 2 M blocks, odd n, k not a multiple of 128,
 # guard bands and bitwise reruns (run_and_check).
 @pytest.mark.parametrize("m,n,k,block_m,block_n,splits", [
@@ -273,9 +274,20 @@ def test_cluster_k_splits(m, n, k, block_m, block_n, splits):
         run_and_check(m, n, k, seed=splits)
 
 
-# Dense decode loading only m rows of A per stage (forced: the heuristic does not pick it yet; the rest of the stage's
-# A tile is stale and feeds only rows that are not written): the reference checks of run_and_check, and the result
-# of the whole-box kernel, bitwise (the same sums in the same order).
+# The heuristic's own cluster K splits (decode_split: m <= 16, few weight columns), checked through the picked plan
+# (tests/heuristics/test_sm90.py checks the picks on the CPU): run_and_check's reference, guard bands, bitwise rerun.
+@pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (16, 576, 7168), (1, 256, 7168), (7, 576, 7168), (3, 200, 7168)])
+def test_decode_splits_picked(m, n, k):
+    from deep_gemm.heuristics.common import GemmProblem
+    from deep_gemm.heuristics.sm90 import get_sm90_config
+    config = get_sm90_config(GemmProblem(m, n, k, deep_gemm.get_num_sms()))
+    assert config.cluster_k_splits > 1, config
+    run_and_check(m, n, k, seed=m + n)
+
+
+# Dense decode loading only m rows of A per stage (forced here; the heuristic's pick below 64 rows; the rest of the
+# stage's A tile is stale and feeds only rows that are not written): the reference checks of run_and_check, and the
+# result of the whole-box kernel, bitwise (the same sums in the same order).
 @pytest.mark.parametrize("m,n,k,block_m,block_n", [
     (1, 2112, 7168, 64, 16), (7, 576, 1000, 64, 64), (20, 250, 7168, 64, 32), (33, 4096, 2048, 128, 128)])
 def test_fewer_a_rows_per_stage(m, n, k, block_m, block_n):

@@ -47,9 +47,16 @@ def check_invariants(p: GemmProblem, c: GemmConfig) -> None:
 
     # Shared memory: fits, matches the header's formula, and the pipeline is as deep as fits.
     assert c.smem_size <= SMEM_BUDGET
-    assert c.smem_size == sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages)
+    splits = c.cluster_k_splits
+    assert c.smem_size == sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages, cluster_k_splits=splits)
     assert 1 <= c.num_stages <= MAX_STAGES
-    assert c.num_stages == MAX_STAGES or sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages + 1) > SMEM_BUDGET
+    assert c.num_stages == MAX_STAGES or \
+        sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages + 1, cluster_k_splits=splits) > SMEM_BUDGET
+    # Cluster K splits (decode_split): dense decode only, dividing the K blocks, every cluster at once.
+    if splits > 1:
+        assert p.kernel_type == KernelType.NORMAL and p.m <= 16 and c.num_multicast == 1
+        assert ceil_div(p.k, 128) % splits == 0 and c.num_sms % splits == 0
+        assert ceil_div(p.n, c.block_n) * splits <= c.num_sms <= p.num_sms
 
     # Multicast: a cluster of two needs an even grid and tiles that come in pairs along the shared dimension.
     assert c.num_multicast in (1, 2)
@@ -70,7 +77,7 @@ def check_invariants(p: GemmProblem, c: GemmConfig) -> None:
     if c.num_multicast == 2 and not c.multicast_on_a:
         m_blocks += m_blocks % 2
     tiles = m_blocks * ceil_div(p.n, c.block_n)
-    assert ceil_div(tiles, c.num_sms) == ceil_div(tiles, p.num_sms)
+    assert ceil_div(tiles, c.num_sms // splits) == ceil_div(tiles, p.num_sms // splits)
 
 
 @pytest.mark.parametrize("problem", DEEPSEEK_PROBLEMS, ids=_id)
@@ -397,3 +404,23 @@ def test_swiglu_problem_refuses_dense_and_partial_scale_blocks():
         GemmProblem(8, 4096, 7168, 132, fp8_out=SwiGLU())
     with pytest.raises(ValueError, match="SwiGLU"):
         GemmProblem(8, 4096 + 128, 7168, 132, kernel_type=KernelType.M_GROUPED_MASKED, num_groups=2, fp8_out=SwiGLU())
+
+
+def test_decode_split_picks():
+    """Dense decode of few weight columns cuts K over a cluster (decode_split's chain model, H100-measured picks);
+    wide n, short K, m > 16, head splits (n_segment) and an FP8 d stay unsplit."""
+    from deep_gemm.heuristics.sm90 import DECODE_SPLIT_MAX_CTAS, decode_split
+    assert decode_split(1, 576, 7168, 132) == (32, 4)      # measured 10.1 -> 8.0 us
+    assert decode_split(16, 576, 7168, 132) == (32, 4)     # 10.3 -> 7.8
+    assert decode_split(1, 256, 7168, 132)[1] > 1          # 10.0 -> 6.5-6.6
+    for m, n, k in ((1, 1536, 7168), (1, 2112, 7168), (1, 1024, 4096), (1, 576, 1024), (32, 576, 7168),
+                    (1, 576, 7040)):                       # 55 K blocks: no split count divides them
+        assert decode_split(m, n, k, 132) == (0, 1), (m, n, k)
+    for m, n, k in ((1, 576, 7168), (16, 256, 7168), (5, 200, 16384)):
+        cfg = get_sm90_config(GemmProblem(m, n, k, 132))
+        assert cfg.cluster_k_splits > 1 and cfg.num_sms <= DECODE_SPLIT_MAX_CTAS and cfg.a_box_rows >= m
+        assert ceil_div(k, 128) % cfg.cluster_k_splits == 0
+    assert get_sm90_config(GemmProblem(1, 576, 7168, 132, fp8_out=True)).cluster_k_splits == 1
+    assert get_sm90_config(GemmProblem(1, 512, 7168, 132, n_segment=256)).cluster_k_splits == 1
+    assert get_sm90_config(GemmProblem(1, 576, 7168, 16)).cluster_k_splits == 1 or \
+        get_sm90_config(GemmProblem(1, 576, 7168, 16)).num_sms <= 16

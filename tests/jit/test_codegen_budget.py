@@ -62,9 +62,9 @@ def _instantiations():
         "contiguous-128x192-mcA": dense(8 * 4096, 4096, 7168, 128, 192, 2, KernelType.M_GROUPED_CONTIGUOUS),
         # The heuristic's pick for 64x7168x2048: one math warpgroup (256 threads).
         "dense-64x56": dense(64, 7168, 2048, 64, 56),
-        # Decode with K cut over a cluster of 4 (forced: not picked yet): 14 of 56 K blocks per CTA.
+        # Decode with K cut over a cluster of 4 (forced here; decode_split picks splits): 14 of 56 K blocks per CTA.
         "dense-64x64-ks4": dense(1, 2112, 7168, 64, 64, splits=4),
-        # Decode loading 8 rows of A per stage (forced: not picked yet), DeepGEMM's 132 tiles of 16 columns.
+        # Decode loading 8 rows of A per stage, DeepGEMM's 132 tiles of 16 columns (forced: the pick is 64x32 here).
         "dense-64x16-a8": dense(1, 2112, 7168, 64, 16, a_box_rows=8),
         # The batched heuristic's pick for 128 x 1x512x128 (MLA decode): an 8-row A box, one M block per batch.
         "batched-decode-64x256": (sm90_fp8_gemm_1d2d.kernel_source(512, 128, decode_config, KernelType.BATCHED),
