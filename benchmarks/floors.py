@@ -9,9 +9,10 @@ write back to HBM), mean of --num-tests; and again after an 8 GB read instead ("
 show how much of a floor is the method's. A target asking for more effective TB/s than the floor kernel reaches
 under the same method cannot be met by any GEMM; the ratio ours/floor says how far a kernel is from its bytes.
 
-With `--peer MODULE` (a package with DeepGEMM's API, e.g. DeepGEMM built under another name) the dense, decode and
-masked_decode cases also time the peer's call (`fp8_gemm_nt`, `m_grouped_fp8_gemm_nt_masked`) on the same tensors,
-in the same process, check it against ours on the defined elements, and report peer/floor and peer/ours.
+With `--peer MODULE` (a package with DeepGEMM's API, e.g. DeepGEMM built under another name) the dense, decode,
+decode_few_columns and masked_decode cases also time the peer's call (`fp8_gemm_nt`, `m_grouped_fp8_gemm_nt_masked`)
+on the same tensors, in the same process, check it against ours on the defined elements, and report peer/floor and
+peer/ours.
 `--flushes write` skips the read-flush column (half the time).
 
 The cast suites (issue 35) time the FP8 casts' kernel (`per_token_cast_to_fp8` with the GEMMs' MN-major scales,
@@ -20,8 +21,8 @@ scales once, and, after the write flush only, the torch definition they replace 
 its kernels, its zero fill included; the launch gaps between them are not counted). Each case first checks that the
 kernel's result is bitwise the torch definition's ("bitwise_equal" in the JSON).
 
-    python -m benchmarks.floors [--suite bmm|dense|decode|masked|masked_decode|cast|cast_block|cast_channel|
-                                         cast_variants|all]
+    python -m benchmarks.floors [--suite bmm|dense|decode|decode_few_columns|masked|masked_decode|cast|
+                                         cast_block|cast_channel|cast_variants|all]
                                 [--peer MODULE] [--flushes write read] [--json PATH]   (needs Triton, as the BMM
                                 seed does)
 """
@@ -198,6 +199,9 @@ SUITES = {
     "bmm": [(bmm_case, shape) for shape in bmm.issue_shapes() if bmm.is_mla(*shape)],
     "dense": [(dense_case, (m, n, k)) for m, n, k in dense_shapes() if m <= 128 and k % 128 == 0],
     "decode": [(dense_case, (m, n, k)) for n, k in DENSE_NK for m in DECODE_MS],
+    # Decode GEMMs of few weight columns (DeepSeek-V3's kv_a_proj 7168 -> 576 and q_a_proj 7168 -> 1536, and
+    # 256): the K-block chain bounds them, not bytes (benchmarks/NOTES.md "Dense decode").
+    "decode_few_columns": [(dense_case, (m, n, 7168)) for n in (256, 576, 1536) for m in DECODE_MS],
     # Issue 33's masked decode: G experts x expected_m rows, uniform and skewed, two expert shapes.
     "masked_decode": [(masked_decode_case, (g, m, n, k, skewed)) for n, k in ((4096, 7168), (7168, 2048))
                       for g in (8, 32, 64, 256) for m in (1, 4, 8, 16, 32) for skewed in (False, True)],
@@ -304,8 +308,8 @@ def main(argv=None):
     parser.add_argument("--num-tests", type=int, default=20)
     parser.add_argument("--flushes", nargs="+", choices=["write", "read"], default=["write", "read"],
                         help="time after these flushes (default both)")
-    parser.add_argument("--peer", help="a package with DeepGEMM's API to time on the dense, decode and masked_decode "
-                                       "cases")
+    parser.add_argument("--peer", help="a package with DeepGEMM's API to time on the dense, decode, "
+                                       "decode_few_columns and masked_decode cases")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     if triton is None or not torch.cuda.is_available():

@@ -32,6 +32,12 @@ def test_suites_are_the_issues_shapes():
                                               (4096, 7168), (7168, 2048)}
 
 
+def test_decode_few_columns_suite():
+    cases = [args for _, args in floors.SUITES["decode_few_columns"]]
+    assert {n for _, n, _ in cases} == {256, 576, 1536} and {k for _, _, k in cases} == {7168}
+    assert {m for m, _, _ in cases} == set(floors.DECODE_MS) and len(cases) == 18
+
+
 def test_masked_decode_is_issue_33s_grid():
     cases = [args for _, args in floors.SUITES["masked_decode"]]
     assert len(cases) == 80 and {g for g, _, _, _, _ in cases} == {8, 32, 64, 256}
