@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from benchmarks.bf16 import gpu_runner, suite_parser, summarise_suite, write_json
+from benchmarks.bf16 import gpu_runner, run_suites, suite_parser
 
 SUITES = ("prefill", "paged")
 # test_attention's sampling seeds per part (its DG_MQA_NUM_CASES).
@@ -167,13 +167,8 @@ def main(argv=None):
     if ready is None:
         return 2
     libs, runner = ready
-    summary = {}
-    for suite in args.suites:
-        {"prefill": suite_prefill, "paged": suite_paged}[suite](runner, libs, args.cases)
-        summary[suite] = summarise_suite(runner, suite, others=("peer",))
-    if args.json:
-        write_json(args.json, args.peer, summary, runner.rows)
-    return 0
+    return run_suites(args, runner, lambda suite: {"prefill": suite_prefill, "paged": suite_paged}[suite](
+        runner, libs, args.cases), others=("peer",))
 
 
 if __name__ == "__main__":

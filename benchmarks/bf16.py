@@ -122,6 +122,18 @@ def write_json(path, peer, summary, rows) -> None:
         json.dump(dict(device=torch.cuda.get_device_name(), peer=peer, summary=summary, rows=rows), f, indent=1)
 
 
+def run_suites(args, runner, run_suite, others=("unfused", "peer")) -> int:
+    """The suite benchmarks' main loop (fp8_out, moe_mlp, attention): `run_suite(suite)` adds each suite's rows,
+    summarise_suite prints its summary against `others`, and --json gets every summary and row."""
+    summary = {}
+    for suite in args.suites:
+        run_suite(suite)
+        summary[suite] = summarise_suite(runner, suite, others)
+    if args.json:
+        write_json(args.json, args.peer, summary, runner.rows)
+    return 0
+
+
 def _diff_of(runner, outs, ref):
     return lambda lib: runner.calc_diff(outs[lib].float(), ref)
 

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from benchmarks.bf16 import gpu_runner, suite_parser, summarise_suite, write_json
+from benchmarks.bf16 import gpu_runner, run_suites, suite_parser
 
 SUITES = ("dense", "contiguous", "masked")
 # DeepSeek-V3's expert and dense shapes: gate/up (n = 2 x 2048) and down (k = 2048) of a 7168-wide model, and two of
@@ -140,16 +140,8 @@ def main(argv=None):
     if ready is None:
         return 2
     libs, runner = ready
-    summary = {}
-    for suite in args.suites:
-        if suite == "dense":
-            suite_dense(runner, libs)
-        else:
-            suite_grouped(runner, libs, suite)
-        summary[suite] = summarise_suite(runner, suite)
-    if args.json:
-        write_json(args.json, args.peer, summary, runner.rows)
-    return 0
+    return run_suites(args, runner, lambda suite: suite_dense(runner, libs) if suite == "dense"
+                      else suite_grouped(runner, libs, suite))
 
 
 if __name__ == "__main__":

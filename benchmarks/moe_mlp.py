@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from benchmarks.bf16 import gpu_runner, suite_parser, summarise_suite, write_json
+from benchmarks.bf16 import gpu_runner, run_suites, suite_parser
 
 SUITES = ("prefill", "decode")
 HIDDEN, INTER, EXPERTS, TOPK = 7168, 2048, 256, 8
@@ -144,13 +144,8 @@ def main(argv=None):
     import deep_gemm
     w1, w2 = _weights(EXPERTS)
     w1_swiglu = deep_gemm.utils.interleave_swiglu_weights(w1)
-    summary = {}
-    for suite in args.suites:
-        (suite_prefill if suite == "prefill" else suite_decode)(runner, libs, w1, w1_swiglu, w2)
-        summary[suite] = summarise_suite(runner, suite)
-    if args.json:
-        write_json(args.json, args.peer, summary, runner.rows)
-    return 0
+    return run_suites(args, runner, lambda suite: (suite_prefill if suite == "prefill" else suite_decode)(
+        runner, libs, w1, w1_swiglu, w2))
 
 
 if __name__ == "__main__":
