@@ -1281,6 +1281,41 @@ def swiglu_reference(ref: torch.Tensor, clamp: Optional[float]) -> torch.Tensor:
     return gate / (1 + torch.exp(-gate)) * up
 
 
+def masked_expert_mlp(gate_up_cols: int, fused_gate_up: Callable, activation: Callable):
+    """A decode MoE layer of 8 experts (m_max 32 rows each, hidden 2048, intermediate 1024, masked_m drawn once),
+    run twice: `fused_gate_up(a, w1, (h, sh), masked_m, expected_m)` writes the FP8 (h, sh) that the masked down
+    GEMM takes as its a; the reference runs the masked gate/up GEMM with a BF16 output of `gate_up_cols` columns,
+    then per expert `activation(rows)` -> per_token_cast_to_fp8 -> the dense down GEMM. Returns (y, y_ref, the rows
+    below masked_m)."""
+    groups, m_max, hidden, inter, expected_m = 8, 32, 2048, 1024, 12
+    masked_m = torch.tensor([32, 0, 5, 17, 1, 32, 9, 0], dtype=torch.int32, device="cuda")
+    x = torch.randn((groups * m_max, hidden), device="cuda", dtype=torch.bfloat16)
+    x8, sx = deep_gemm.per_token_cast_to_fp8(x)
+    a = (x8.view(groups, m_max, hidden), sx.view(groups, m_max, -1))
+    w1 = deep_gemm.per_block_cast_to_fp8(torch.randn((groups * gate_up_cols, hidden), device="cuda",
+                                                     dtype=torch.bfloat16))
+    w2 = deep_gemm.per_block_cast_to_fp8(torch.randn((groups * hidden, inter), device="cuda", dtype=torch.bfloat16))
+    w1 = (w1[0].view(groups, gate_up_cols, hidden), w1[1].view(groups, gate_up_cols // 128, hidden // 128))
+    w2 = (w2[0].view(groups, hidden, inter), w2[1].view(groups, hidden // 128, inter // 128))
+    h = torch.empty((groups, m_max, inter), dtype=torch.float8_e4m3fn, device="cuda")
+    sh = deep_gemm.get_mn_major_tma_aligned_tensor(torch.empty((groups, m_max, inter // 128), device="cuda"))
+    fused_gate_up(a, w1, (h, sh), masked_m, expected_m)
+    y = torch.zeros((groups, m_max, hidden), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_gemm_nt_masked((h, sh), w2, y, masked_m, expected_m)
+    gate_up = torch.empty((groups, m_max, gate_up_cols), device="cuda", dtype=torch.bfloat16)
+    deep_gemm.m_grouped_fp8_gemm_nt_masked(a, w1, gate_up, masked_m, expected_m)
+    y_ref = torch.zeros_like(y)
+    for e in range(groups):
+        c = int(masked_m[e])
+        if c:
+            h8, s8 = deep_gemm.per_token_cast_to_fp8(activation(gate_up[e, :c]))
+            out = torch.empty((c, hidden), device="cuda", dtype=torch.bfloat16)
+            deep_gemm.fp8_gemm_nt((h8, s8), (w2[0][e], w2[1][e]), out)
+            y_ref[e, :c] = out
+    torch.cuda.synchronize()
+    return y, y_ref, torch.arange(m_max, device="cuda").view(1, -1) < masked_m.view(-1, 1)
+
+
 def _swiglu_problem(p: dict, rng: random.Random) -> dict:
     p["n"] = 256 * rng.choice([1, 2, 3, 8, 16])   # 2 x the intermediate size, a multiple of 128
     p["clamp"] = rng.choice([None, None, 10.0, 0.5])

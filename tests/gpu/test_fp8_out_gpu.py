@@ -14,7 +14,7 @@ import deep_gemm
 from deep_gemm import runtime
 from deep_gemm.testing import calc_diff
 from gemm_cases import (build_contiguous_fp8_out, build_fp8_out, build_masked_fp8_out, check_fp8_d_twice,
-                        dense_operands)
+                        dense_operands, masked_expert_mlp)
 
 pytestmark = pytest.mark.gpu
 
@@ -118,32 +118,7 @@ def test_masked_matches_the_cast_of_the_product(groups, m_max, n, k, masked):
 def test_masked_expert_mlp_without_conversions():
     # A decode MoE layer: gate/up (masked, FP8 d) then down (masked, the (D, SFD) pair as its a), against the same
     # layer with a BF16 gate/up output cast by per_token_cast_to_fp8.
-    groups, m_max, hidden, inter = 8, 32, 2048, 1024
-    masked_m = torch.tensor([32, 0, 5, 17, 1, 32, 9, 0], dtype=torch.int32, device="cuda")
-    x = torch.randn((groups * m_max, hidden), device="cuda", dtype=torch.bfloat16)
-    x8, sx = deep_gemm.per_token_cast_to_fp8(x)
-    a = (x8.view(groups, m_max, hidden), sx.view(groups, m_max, -1))
-    w1 = deep_gemm.per_block_cast_to_fp8(torch.randn((groups * inter, hidden), device="cuda", dtype=torch.bfloat16))
-    w2 = deep_gemm.per_block_cast_to_fp8(torch.randn((groups * hidden, inter), device="cuda", dtype=torch.bfloat16))
-    w1 = (w1[0].view(groups, inter, hidden), w1[1].view(groups, inter // 128, hidden // 128))
-    w2 = (w2[0].view(groups, hidden, inter), w2[1].view(groups, hidden // 128, inter // 128))
-    h = torch.empty((groups, m_max, inter), dtype=torch.float8_e4m3fn, device="cuda")
-    sh = deep_gemm.get_mn_major_tma_aligned_tensor(torch.empty((groups, m_max, inter // 128), device="cuda"))
-    deep_gemm.m_grouped_fp8_gemm_nt_masked_fp8_out(a, w1, (h, sh), masked_m, 12)
-    y = torch.zeros((groups, m_max, hidden), device="cuda", dtype=torch.bfloat16)
-    deep_gemm.m_grouped_fp8_gemm_nt_masked((h, sh), w2, y, masked_m, 12)
-    h_bf16 = torch.empty((groups, m_max, inter), device="cuda", dtype=torch.bfloat16)
-    deep_gemm.m_grouped_fp8_gemm_nt_masked(a, w1, h_bf16, masked_m, 12)
-    y_ref = torch.zeros_like(y)
-    for e in range(groups):
-        c = int(masked_m[e])
-        if c:
-            h8, s8 = deep_gemm.per_token_cast_to_fp8(h_bf16[e, :c])
-            hidden_out = torch.empty((c, hidden), device="cuda", dtype=torch.bfloat16)
-            deep_gemm.fp8_gemm_nt((h8, s8), (w2[0][e], w2[1][e]), hidden_out)
-            y_ref[e, :c] = hidden_out
-    torch.cuda.synchronize()
-    rows = torch.arange(m_max, device="cuda").view(1, -1) < masked_m.view(-1, 1)
+    y, y_ref, rows = masked_expert_mlp(1024, deep_gemm.m_grouped_fp8_gemm_nt_masked_fp8_out, lambda h: h)
     assert calc_diff(y[rows].float(), y_ref[rows].float()) < 1e-3
 
 

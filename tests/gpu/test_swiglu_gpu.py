@@ -10,7 +10,8 @@ import torch
 
 import deep_gemm
 from deep_gemm.testing import calc_diff
-from gemm_cases import build_contiguous_swiglu, build_masked_swiglu, check_fp8_d_twice, swiglu_reference
+from gemm_cases import (build_contiguous_swiglu, build_masked_swiglu, check_fp8_d_twice, masked_expert_mlp,
+                        swiglu_reference)
 
 pytestmark = pytest.mark.gpu
 
@@ -60,33 +61,8 @@ def test_zero_and_huge_rows():
 def test_expert_mlp_against_the_unfused_path():
     # A decode MoE layer: gate/up with SwiGLU (masked, FP8 d), then down (masked, (D, SFD) as its a), against BF16
     # gate/up output -> SiLU(gate) * up in FP32 -> per_token_cast_to_fp8 -> the same down GEMM.
-    groups, m_max, hidden, inter = 8, 32, 2048, 1024
-    masked_m = torch.tensor([32, 0, 5, 17, 1, 32, 9, 0], dtype=torch.int32, device="cuda")
-    x = torch.randn((groups * m_max, hidden), device="cuda", dtype=torch.bfloat16)
-    x8, sx = deep_gemm.per_token_cast_to_fp8(x)
-    a = (x8.view(groups, m_max, hidden), sx.view(groups, m_max, -1))
-    w1 = deep_gemm.per_block_cast_to_fp8(torch.randn((groups * 2 * inter, hidden), device="cuda",
-                                                     dtype=torch.bfloat16))
-    w2 = deep_gemm.per_block_cast_to_fp8(torch.randn((groups * hidden, inter), device="cuda", dtype=torch.bfloat16))
-    w1 = (w1[0].view(groups, 2 * inter, hidden), w1[1].view(groups, 2 * inter // 128, hidden // 128))
-    w2 = (w2[0].view(groups, hidden, inter), w2[1].view(groups, hidden // 128, inter // 128))
-    h = torch.empty((groups, m_max, inter), dtype=torch.float8_e4m3fn, device="cuda")
-    sh = deep_gemm.get_mn_major_tma_aligned_tensor(torch.empty((groups, m_max, inter // 128), device="cuda"))
-    deep_gemm.m_grouped_fp8_gemm_nt_masked_swiglu(a, deep_gemm.utils.interleave_swiglu_weights(w1), (h, sh),
-                                                  masked_m, 12)
-    y = torch.zeros((groups, m_max, hidden), device="cuda", dtype=torch.bfloat16)
-    deep_gemm.m_grouped_fp8_gemm_nt_masked((h, sh), w2, y, masked_m, 12)
-    gate_up = torch.empty((groups, m_max, 2 * inter), device="cuda", dtype=torch.bfloat16)
-    deep_gemm.m_grouped_fp8_gemm_nt_masked(a, w1, gate_up, masked_m, 12)
-    y_ref = torch.zeros_like(y)
-    for e in range(groups):
-        c = int(masked_m[e])
-        if c:
-            act = swiglu_reference(gate_up[e, :c].float(), None)
-            h8, s8 = deep_gemm.per_token_cast_to_fp8(act)
-            out = torch.empty((c, hidden), device="cuda", dtype=torch.bfloat16)
-            deep_gemm.fp8_gemm_nt((h8, s8), (w2[0][e], w2[1][e]), out)
-            y_ref[e, :c] = out
-    torch.cuda.synchronize()
-    rows = torch.arange(m_max, device="cuda").view(1, -1) < masked_m.view(-1, 1)
+    def fused(a, w1, d, masked_m, expected_m):
+        deep_gemm.m_grouped_fp8_gemm_nt_masked_swiglu(a, deep_gemm.utils.interleave_swiglu_weights(w1), d, masked_m,
+                                                      expected_m)
+    y, y_ref, rows = masked_expert_mlp(2 * 1024, fused, lambda gate_up: swiglu_reference(gate_up.float(), None))
     assert calc_diff(y[rows].float(), y_ref[rows].float()) < 2e-3
