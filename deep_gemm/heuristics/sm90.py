@@ -159,8 +159,9 @@ DECODE_MIN_BLOCK_N = 32
 # S-fold for a fixed ~DECODE_SPLIT_US, and pays where the clusters fit at once: at most DECODE_SPLIT_MAX_CTAS CTAs
 # (1 x 2112 x 7168 on 132 CTAs in 2-CTA clusters ran 13.3 us against 11.4 unsplit). Measured per K block of a split
 # CTA by tile width (DECODE_SPLIT_KBLOCK_US); m above DECODE_SPLIT_MAX_M was not measured. NOTES: H100, 1 x 576 x
-# 7168 10.1 -> 8.0 us (64 x 32, 4 splits), 16 x 576 x 7168 10.3 -> 7.8, 1 x 256 x 7168 10.0 -> 6.5 (64 x 16, 4).
-DECODE_SPLIT_MAX_M = 16
+# 7168 10.1 -> 8.0 us (64 x 32, 4 splits), 16 x 576 x 7168 10.3 -> 7.8, 1 x 256 x 7168 10.0 -> 6.5 (64 x 16, 4);
+# m = 32 as modelled: 32 x 576 x 7168 9.0 -> 8.0 (64 x 32, 4; model 8.0), 32 x 256 9.0 -> 6.7 (64 x 16, 4; model 6.5).
+DECODE_SPLIT_MAX_M = 32
 DECODE_SPLIT_MAX_CTAS = 72
 DECODE_FIXED_US = 2.2
 DECODE_CHAIN_US = 0.14

@@ -274,9 +274,10 @@ def test_cluster_k_splits(m, n, k, block_m, block_n, splits):
         run_and_check(m, n, k, seed=splits)
 
 
-# The heuristic's own cluster K splits (decode_split: m <= 16, few weight columns), checked through the picked plan
+# The heuristic's own cluster K splits (decode_split: m <= 32, few weight columns), checked through the picked plan
 # (tests/heuristics/test_sm90.py checks the picks on the CPU): run_and_check's reference, guard bands, bitwise rerun.
-@pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (16, 576, 7168), (1, 256, 7168), (7, 576, 7168), (3, 200, 7168)])
+@pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (16, 576, 7168), (1, 256, 7168), (7, 576, 7168), (3, 200, 7168),
+                                   (32, 576, 7168), (27, 256, 7168)])
 def test_decode_splits_picked(m, n, k):
     from deep_gemm.heuristics.common import GemmProblem
     from deep_gemm.heuristics.sm90 import get_sm90_config

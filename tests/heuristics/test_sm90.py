@@ -54,7 +54,7 @@ def check_invariants(p: GemmProblem, c: GemmConfig) -> None:
         sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages + 1, cluster_k_splits=splits) > SMEM_BUDGET
     # Cluster K splits (decode_split): dense decode only, dividing the K blocks, every cluster at once.
     if splits > 1:
-        assert p.kernel_type == KernelType.NORMAL and p.m <= 16 and c.num_multicast == 1
+        assert p.kernel_type == KernelType.NORMAL and p.m <= 32 and c.num_multicast == 1
         assert ceil_div(p.k, 128) % splits == 0 and c.num_sms % splits == 0
         assert ceil_div(p.n, c.block_n) * splits <= c.num_sms <= p.num_sms
 
@@ -413,7 +413,9 @@ def test_decode_split_picks():
     assert decode_split(1, 576, 7168, 132) == (32, 4)      # measured 10.1 -> 8.0 us
     assert decode_split(16, 576, 7168, 132) == (32, 4)     # 10.3 -> 7.8
     assert decode_split(1, 256, 7168, 132)[1] > 1          # 10.0 -> 6.5-6.6
-    for m, n, k in ((1, 1536, 7168), (1, 2112, 7168), (1, 1024, 4096), (1, 576, 1024), (32, 576, 7168),
+    assert decode_split(32, 576, 7168, 132) == (32, 4)     # 9.0 -> 8.0
+    assert decode_split(32, 256, 7168, 132)[1] > 1          # 9.0 -> 6.7 (64 x 16, 4 splits)
+    for m, n, k in ((1, 1536, 7168), (1, 2112, 7168), (1, 1024, 4096), (1, 576, 1024), (33, 576, 7168),
                     (1, 576, 7040)):                       # 55 K blocks: no split count divides them
         assert decode_split(m, n, k, 132) == (0, 1), (m, n, k)
     for m, n, k in ((1, 576, 7168), (16, 256, 7168), (5, 200, 16384)):
