@@ -176,11 +176,10 @@ def decode_split(m: int, n: int, k: int, num_sms: int) -> Tuple[int, int]:
     """(block_n, cluster K splits) of a dense m x n x k call of at most DECODE_SPLIT_MAX_M rows (64-row tiles), or
     (0, 1) to leave it unsplit: the fastest by the chain model above among the widths of DECODE_SPLIT_KBLOCK_US and
     the split counts dividing the K blocks whose CTAs all fit at once."""
-    k_blocks = ceil_div(k, BLOCK_K)
-    unsplit = DECODE_FIXED_US + k_blocks * DECODE_CHAIN_US
-    best, best_us = (0, 1), unsplit * DECODE_SPLIT_GAIN
     if m > DECODE_SPLIT_MAX_M:
-        return best
+        return 0, 1
+    k_blocks = ceil_div(k, BLOCK_K)
+    best, best_us = (0, 1), (DECODE_FIXED_US + k_blocks * DECODE_CHAIN_US) * DECODE_SPLIT_GAIN
     for block_n, kblock_us in DECODE_SPLIT_KBLOCK_US.items():
         tiles = ceil_div(n, block_n)
         for splits in DECODE_SPLITS:
@@ -416,10 +415,8 @@ def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.N
         # Few weight columns: K cut over a cluster (decode_split; not with head splits or an FP8 d, whose epilogues
         # the split's does not replace).
         split_bn, splits = decode_split(m, n, k, sms) if n_segment == 0 and not fp8_out and bm == 64 else (0, 1)
-        if splits > 1:
-            return build_sm90_config(m, n, k, bm, split_bn, sms, a_box_rows=a_rows_per_stage(m, bm),
-                                     cluster_k_splits=splits)
-        return build_sm90_config(m, n, k, bm, bn, sms, a_box_rows=a_rows_per_stage(m, bm))
+        return build_sm90_config(m, n, k, bm, split_bn if splits > 1 else bn, sms,
+                                 a_box_rows=a_rows_per_stage(m, bm), cluster_k_splits=splits)
     if kind != KernelType.BATCHED:
         return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
     return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, num_groups=groups,

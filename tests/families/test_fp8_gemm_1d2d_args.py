@@ -51,7 +51,6 @@ def test_swiglu_clamp_bits_taken():
     assert _swiglu_epilogue(0x41200000).clamp_bits == 0x41200000  # 10.0
 
 
-
 def _fp8_d_named(n, sfd):
     m, k = 64, 128
     fp8 = torch.float8_e4m3fn

@@ -259,7 +259,7 @@ def test_new_m_never_compiles(monkeypatch):
     assert calls == [], f"{len(calls)} compiles after the first sight of (n, k)"
 
 
-# Cluster K splits of the dense FP8 kernel (forced here; the heuristic picks them for few weight columns at m <= 16,
+# Cluster K splits of the dense FP8 kernel (forced here; the heuristic picks them for few weight columns at m <= 32,
 # heuristics/sm90.py decode_split, see test_decode_splits_picked): the split counts divide
 # the K blocks; several tiles per cluster (1 x 2112 with 16-wide tiles), 2 M blocks, odd n, k not a multiple of 128,
 # guard bands and bitwise reruns (run_and_check).

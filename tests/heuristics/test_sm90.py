@@ -408,7 +408,7 @@ def test_swiglu_problem_refuses_dense_and_partial_scale_blocks():
 
 def test_decode_split_picks():
     """Dense decode of few weight columns cuts K over a cluster (decode_split's chain model, H100-measured picks);
-    wide n, short K, m > 16, head splits (n_segment) and an FP8 d stay unsplit."""
+    wide n, short K, m > 32, head splits (n_segment) and an FP8 d stay unsplit."""
     from deep_gemm.heuristics.sm90 import DECODE_SPLIT_MAX_CTAS, decode_split
     assert decode_split(1, 576, 7168, 132) == (32, 4)      # measured 10.1 -> 8.0 us
     assert decode_split(16, 576, 7168, 132) == (32, 4)     # 10.3 -> 7.8
