@@ -54,6 +54,25 @@ def test_bmk_bnk_mn(s, mnk, dtype):
     assert torch.equal(first, g.bits())
 
 
+def test_k_split_partials_cover_every_element():
+    """The K splits' partial sums, stored from the registers, cover every element of every split's plane (ragged m
+    and n: tiles clipped on both sides), and their buffer must be contiguous."""
+    from deep_gemm.ops.einsum import _EINSUM
+    from deep_gemm.runtime import call, k_split_count
+    s, m, n, k = 4096, 200, 72, 136
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    a, b = _randn((s, m, k), gen), _randn((s, n, k), gen)
+    splits = k_split_count(m, n, s, k, a.device.index)
+    assert splits > 1
+    partial = torch.full((splits, m, n), float("nan"), device="cuda")
+    call(_EINSUM, a, b, partial, 1)
+    torch.cuda.synchronize()
+    assert bool(torch.isfinite(partial).all())
+    assert calc_diff(partial.sum(0), _sum_over_batches_ref(a, b)) < 1e-5
+    with pytest.raises(ValueError, match="contiguous"):
+        call(_EINSUM, a, b, torch.empty((splits, m, n + 4), device="cuda")[..., :n], 1)
+
+
 # The sum over batches in one launch whose clusters cut the (batch, K block) walk (forced: the heuristic does not pick
 # it yet): FP32 d written or accumulated, ragged m / n / k, more splits than K blocks (s = 1, k = 64), bitwise reruns.
 @pytest.mark.parametrize("s,mnk", [(129, (128, 384, 128)), (129, (256, 256, 256)), (3, (200, 72, 136)),

@@ -5,7 +5,7 @@ import pytest
 from deep_gemm.heuristics.common import KernelType
 from deep_gemm.heuristics.sm90 import SMEM_BUDGET
 from deep_gemm.heuristics.sm90_bf16 import (COMPUTE_BLOCK_NS, MAX_CLUSTER_K_SPLITS, bf16_smem_size, build_bf16_config,
-                                            get_bf16_config, legal_block, max_clusters)
+                                            get_bf16_config, get_bf16_ksplit_config, legal_block, max_clusters)
 
 SHAPES = [(m, n) for m in (1, 7, 64, 128, 129, 1000, 4096, 16384) for n in (16, 200, 576, 2112, 4096, 7168, 32768)]
 
@@ -132,3 +132,28 @@ def test_dense_calls_of_fewer_rows_load_only_their_rows_of_a():
     assert get_bf16_config(20, 6144, 132, False, 2, KernelType.M_GROUPED_MASKED, 32).a_box_rows == 0
     with pytest.raises(ValueError, match="fewer A rows"):
         build_bf16_config(1, 2112, 64, 64, 132, 2, groups=4, kind=KernelType.BATCHED, a_box_rows=8)
+
+
+def test_memory_bound_tiles_read_no_rows_past_n():
+    """Batched heads and grouped experts stack B along n: a tile wider than n's rest would load the next head's or
+    expert's rows. Among widths giving as many tiles the pick loads the fewest B rows (DeepGEMM's einsum heads,
+    n = 128)."""
+    for kind, groups in ((KernelType.BATCHED, 128), (KernelType.BATCHED, 8), (KernelType.M_GROUPED_MASKED, 32)):
+        for m, n in ((1, 128), (64, 128), (128, 128), (64, 200), (128, 576), (16, 2112)):
+            c = get_bf16_config(m, n, 132, False, 2, kind, groups)
+            loaded = -(-n // c.block_n) * c.block_n
+            for bn in range(16, 257, 16):
+                if legal_block(c.block_m, bn, False) and -(-n // bn) == -(-n // c.block_n):
+                    assert loaded <= -(-n // bn) * bn, (kind, m, n, bn, c)
+    heads = get_bf16_config(128, 128, 132, False, 2, KernelType.BATCHED, 128)
+    assert (heads.block_m, heads.block_n) == (128, 128)
+
+
+def test_k_split_partials_have_no_d_tile():
+    """The batched K splits store their partial sums from the registers: no D tile in shared memory, so the tiles of
+    DeepGEMM's einsum shapes keep 4 or more stages (2-3 with a 64-row FP32 D tile per warpgroup)."""
+    for m, n in ((128, 384), (256, 256), (384, 128), (200, 72), (64, 64)):
+        c = get_bf16_ksplit_config(m, n, 132, 132)
+        assert c.smem_size == bf16_smem_size(c.block_m, c.block_n, c.num_stages, 4, register_d=True) <= SMEM_BUDGET
+        assert c.smem_size < bf16_smem_size(c.block_m, c.block_n, c.num_stages, 4)
+        assert c.num_stages >= 4, (m, n, c)
