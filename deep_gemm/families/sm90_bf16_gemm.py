@@ -14,8 +14,8 @@ from .. import jit, log
 from ..device import get_device_arch, get_num_sms
 from ..envs import read_env
 from ..heuristics.common import GemmConfig, KernelType, ceil_div, get_forced_config
-from ..heuristics.sm90_bf16 import (BLOCK_K, bf16_smem_size, get_bf16_cluster_sum_config, get_bf16_config,
-                                    get_bf16_ksplit_config, sums_in_clusters)
+from ..heuristics.sm90_bf16 import (BLOCK_K, get_bf16_cluster_sum_config, get_bf16_config, get_bf16_ksplit_config,
+                                    sums_in_clusters)
 from ..jit.runtime import ensure_context
 from . import checks
 from .fp8_gemm_1d2d_args import GEMM_TYPES
@@ -84,10 +84,6 @@ def kernel_choice(m: int, n: int, num_sms: int, kind: KernelKind, groups: int = 
         if forced is not None and forced.cluster_k_splits > 1:
             raise ValueError("cluster K splits sum over batches only in clusters (einsum bmk,bnk->mn into a float32 "
                              "row-major d)")
-        if forced is not None and forced.smem_size != bf16_smem_size(forced.block_m, forced.block_n,
-                                                                     forced.num_stages, 4, register_d=True):
-            raise ValueError("the K splits store their partial sums from the registers: build a forced configuration "
-                             "for them with register_d=True")
         return forced or get_bf16_ksplit_config(m, n, num_sms, groups)
     return get_forced_config() or get_bf16_config(m, n, num_sms, kind.mn_major_b, kind.out_bytes, kind.gemm_type,
                                                   groups, heuristic_k(m, k, kind), kind.mn_major_a)

@@ -65,22 +65,18 @@ def swizzle_d_bytes(block_n: int, out_bytes: int) -> int:
     return next(s for s in (128, 64, 32) if (block_n * out_bytes) % s == 0)
 
 
-def bf16_smem_size(block_m: int, block_n: int, num_stages: int, out_bytes: int, cluster_k_splits: int = 1,
-                   register_d: bool = False) -> int:
-    """Mirror of `bf16_gemm_smem_size` in include/deep_gemm/sm90/bf16_gemm.cuh (the kernel asserts equality).
-    `register_d`: the batched K splits, which store their partial sums from the registers (no D tile)."""
-    if register_d:
-        d = 0
-    elif cluster_k_splits > 1:  # the FP32 partial tile and its two barriers
+def bf16_smem_size(block_m: int, block_n: int, num_stages: int, out_bytes: int, cluster_k_splits: int = 1) -> int:
+    """Mirror of `bf16_gemm_smem_size` in include/deep_gemm/sm90/bf16_gemm.cuh (the kernel asserts equality)."""
+    if cluster_k_splits > 1:  # the FP32 partial tile and its two barriers
         d = ceil_div(block_m * block_n * 4 + 16, 1024) * 1024
     else:  # one 64-row D tile per math warpgroup
         d = num_math_threads(block_m) // 128 * 64 * block_n * out_bytes
     return d + num_stages * (block_m + block_n) * 128 + num_stages * 2 * 8
 
 
-def max_stages(block_m: int, block_n: int, out_bytes: int, cluster_k_splits: int = 1, register_d: bool = False) -> int:
+def max_stages(block_m: int, block_n: int, out_bytes: int, cluster_k_splits: int = 1) -> int:
     return next((s for s in range(MAX_STAGES, 0, -1)
-                 if bf16_smem_size(block_m, block_n, s, out_bytes, cluster_k_splits, register_d) <= SMEM_BUDGET), 0)
+                 if bf16_smem_size(block_m, block_n, s, out_bytes, cluster_k_splits) <= SMEM_BUDGET), 0)
 
 
 def kblock_cycles(block_m: int, block_n: int, stages: int) -> float:
@@ -174,18 +170,16 @@ def _grouped_multicast(kind: KernelType, m: int, tiles: int, num_sms: int) -> in
 def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, out_bytes: int,
                       num_stages: int = 0, groups: int = 1, cluster_k_splits: int = 1, num_multicast: int = 1,
                       multicast_on_a: bool = True, kind: KernelType = KernelType.NORMAL,
-                      a_box_rows: int = 0, register_d: bool = False) -> GemmConfig:
+                      a_box_rows: int = 0) -> GemmConfig:
     """The full configuration for chosen blocks (deepest pipeline that fits unless `num_stages` is given, smallest
     grid that keeps the number of waves; `groups` groups of m rows each; `cluster_k_splits` CTAs per tile, each
     taking one range of K, the grid a multiple of them; `num_multicast` 2: tiles in 2-CTA clusters sharing A's
     (`multicast_on_a`: dense or `kind` batched (the einsums' heads), an even N block count) or B's (dense: an even M block count; `kind` contiguous or
     masked: any, the kernel pairs the tiles and checks each pair) TMA loads; `a_box_rows`: A rows per stage, fewer
-    than block_m for a dense call of fewer rows with A K-major (0: block_m)); `register_d`: the batched K splits'
-    shared memory (no D tile, see bf16_smem_size))."""
+    than block_m for a dense call of fewer rows with A K-major (0: block_m))."""
     splits = cluster_k_splits
-    stages = num_stages or max_stages(block_m, block_n, out_bytes, splits, register_d)
-    smem = bf16_smem_size(block_m, block_n, stages, out_bytes, splits, register_d)
-    if stages < 1 or smem > SMEM_BUDGET:
+    stages = num_stages or max_stages(block_m, block_n, out_bytes, splits)
+    if stages < 1 or bf16_smem_size(block_m, block_n, stages, out_bytes, splits) > SMEM_BUDGET:
         raise ValueError(f"block {block_m}x{block_n} with {stages} stages does not fit in shared memory")
     if splits > 1 and (groups != 1 or num_sms < splits):
         raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs on at least as many SMs")
@@ -210,7 +204,7 @@ def build_bf16_config(m: int, n: int, block_m: int, block_n: int, num_sms: int, 
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages, a_box_rows=a_box_rows,
                       num_multicast=num_multicast, multicast_on_a=multicast_on_a,
                       swizzle_d_bytes=swizzle_d_bytes(block_n, out_bytes), num_sms=grid,
-                      smem_size=smem,
+                      smem_size=bf16_smem_size(block_m, block_n, stages, out_bytes, splits),
                       num_threads=num_math_threads(block_m) + 128, cluster_k_splits=splits)
 
 
@@ -286,10 +280,10 @@ def get_bf16_ksplit_config(m: int, n: int, num_sms: int, splits: int) -> GemmCon
         if bm > 64 and m <= 64:
             continue
         for bn in BLOCK_NS:
-            if not legal_block(bm, bn, False) or max_stages(bm, bn, 4, register_d=True) < 2:
+            if not legal_block(bm, bn, False) or max_stages(bm, bn, 4) < 2:
                 continue
             tiles = ceil_div(m, bm) * ceil_div(n, bn)
             key = (tiles * (bm + bn), tiles, bm)
             if best_key is None or key < best_key:
                 best_key, best = key, (bm, bn)
-    return build_bf16_config(m, n, best[0], best[1], num_sms, 4, groups=splits, register_d=True)
+    return build_bf16_config(m, n, best[0], best[1], num_sms, 4, groups=splits)

@@ -55,8 +55,8 @@ def test_bmk_bnk_mn(s, mnk, dtype):
 
 
 def test_k_split_partials_cover_every_element():
-    """The K splits' partial sums, stored from the registers, cover every element of every split's plane (ragged m
-    and n: tiles clipped on both sides), and their buffer must be contiguous."""
+    """The K splits' partial sums cover every element of every split's plane (ragged m and n: tiles clipped on both
+    sides; the buffer poisoned with NaN), and their buffer must be contiguous."""
     from deep_gemm.ops.einsum import _EINSUM
     from deep_gemm.runtime import call, k_split_count
     s, m, n, k = 4096, 200, 72, 136

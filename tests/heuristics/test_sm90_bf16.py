@@ -5,7 +5,7 @@ import pytest
 from deep_gemm.heuristics.common import KernelType
 from deep_gemm.heuristics.sm90 import SMEM_BUDGET
 from deep_gemm.heuristics.sm90_bf16 import (COMPUTE_BLOCK_NS, MAX_CLUSTER_K_SPLITS, bf16_smem_size, build_bf16_config,
-                                            get_bf16_config, get_bf16_ksplit_config, legal_block, max_clusters)
+                                            get_bf16_config, legal_block, max_clusters)
 
 SHAPES = [(m, n) for m in (1, 7, 64, 128, 129, 1000, 4096, 16384) for n in (16, 200, 576, 2112, 4096, 7168, 32768)]
 
@@ -148,12 +148,3 @@ def test_memory_bound_tiles_read_no_rows_past_n():
     heads = get_bf16_config(128, 128, 132, False, 2, KernelType.BATCHED, 128)
     assert (heads.block_m, heads.block_n) == (128, 128)
 
-
-def test_k_split_partials_have_no_d_tile():
-    """The batched K splits store their partial sums from the registers: no D tile in shared memory, so the tiles of
-    DeepGEMM's einsum shapes keep 4 or more stages (2-3 with a 64-row FP32 D tile per warpgroup)."""
-    for m, n in ((128, 384), (256, 256), (384, 128), (200, 72), (64, 64)):
-        c = get_bf16_ksplit_config(m, n, 132, 132)
-        assert c.smem_size == bf16_smem_size(c.block_m, c.block_n, c.num_stages, 4, register_d=True) <= SMEM_BUDGET
-        assert c.smem_size < bf16_smem_size(c.block_m, c.block_n, c.num_stages, 4)
-        assert c.num_stages >= 4, (m, n, c)

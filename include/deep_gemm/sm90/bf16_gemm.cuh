@@ -13,8 +13,8 @@
 //    the einsum's [b, h, r] as a 2-D view), B stacked as for the MoE types, D a 3-D map [G][m][n] of any strides;
 //  - K splits (true): D[m, n] = sum over batches s of A_s B_s^T with A [S * m, k] and B [S * n, k] stacked by rows;
 //    the S * ceil(k / 64) K blocks of that sum are walked in `num_groups` contiguous splits (KSplits,
-//    common/scheduler.cuh), split g writing its FP32 partial sum to D [g][m][n] (contiguous, `d`) straight from the
-//    registers (RegisterFP32Epilogue; the caller adds the splits up in a fixed order: deterministic).
+//    common/scheduler.cuh), split g writing its FP32 partial sum to D [g][m][n] (the caller adds the splits up in a
+//    fixed order: deterministic).
 // The sum over batches may also run as one dense launch whose clusters cut the (batch, K block) walk (kBatchSplitsK
 // with kClusterSplitsK > 1, D [m, n] FP32): no partial sums outside the kernel, deterministic.
 // Dense decode-sized GEMMs (too few output tiles to occupy every SM) may cut K over a cluster instead
@@ -38,14 +38,11 @@
 namespace deep_gemm::sm90 {
 
 // Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_bf16.py), asserted below.
-// With cluster K splits the D region holds the FP32 partial tile and its two barriers instead; the batched K splits
-// (kRegisterD) have none: they store their partial sums from the registers (RegisterFP32Epilogue).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutputFP32, uint32_t kClusterSplits = 1,
-          bool kRegisterD = false>
+// With cluster K splits the D region holds the FP32 partial tile and its two barriers instead.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kOutputFP32, uint32_t kClusterSplits = 1>
 constexpr uint32_t bf16_gemm_smem_size() {
-    constexpr uint32_t d = kRegisterD           ? 0
-                           : kClusterSplits > 1 ? align_up<uint32_t>(BLOCK_M * BLOCK_N * 4 + 16, 1024)
-                                                : num_math_threads<BLOCK_M>() / 128 * 64 * BLOCK_N * (kOutputFP32 ? 4 : 2);
+    constexpr uint32_t d = kClusterSplits > 1 ? align_up<uint32_t>(BLOCK_M * BLOCK_N * 4 + 16, 1024)
+                                              : num_math_threads<BLOCK_M>() / 128 * 64 * BLOCK_N * (kOutputFP32 ? 4 : 2);
     return d + kNumStages * (BLOCK_M + BLOCK_N) * 128 + kNumStages * 2 * 8;
 }
 
@@ -86,8 +83,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
         WarpgroupTileEpilogue<BLOCK_N, Config::kSwizzleDBytes, Config::kOutputFP32, Config::kAccumulate>;
     using SplitEpilogue = ClusterSplitEpilogue<kClusterSplits < 2 ? 2 : kClusterSplits, BLOCK_M, BLOCK_N,
                                                num_math_threads<BLOCK_M>(), Config::kOutputFP32, Config::kAccumulate>;
-    using Epilogue = typename Conditional<kSplitsInCluster, SplitEpilogue,
-                                          typename Conditional<kKSplits, RegisterFP32Epilogue, TileEpilogue>::Type>::Type;
+    using Epilogue = typename Conditional<kSplitsInCluster, SplitEpilogue, TileEpilogue>::Type;
     using Shell = KernelShell<Config, Operands, NoPromotion, Epilogue>;
     using KLoop = AccumulatingKLoop<Shell, NoPromotion>;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
@@ -100,7 +96,7 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
     DG_STATIC_ASSERT(kNumSubTiles * kNumAccum <= 128, "accumulators would not fit in the register budget");
     DG_STATIC_ASSERT(Config::kSmemSize ==
                          (bf16_gemm_smem_size<BLOCK_M, BLOCK_N, Config::kNumStages, Config::kOutputFP32,
-                                              kClusterSplits, kKSplits>()),
+                                              kClusterSplits>()),
                      "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kGemmType == GemmType::Normal or kContiguous or walks_groups(kGemmType) or kBatched,
                      "dense, contiguous, psum, masked or batched");
@@ -116,8 +112,6 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                                                    not Config::kMNMajorA and not Config::kMNMajorB),
                      "K splits of a sum over batches: batched (FP32 partial sums) or one cluster per tile (dense), "
                      "K-major, FP32 d");
-    DG_STATIC_ASSERT(not kKSplits or SHAPE_N % 4 == 0, "the K splits' partial sums: n a multiple of 4 (the host "
-                     "refuses others), so every register pair store is 8-byte aligned");
     DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
     DG_STATIC_ASSERT(Config::kLoadRowsA % 8 == 0 and Config::kLoadRowsA <= BLOCK_M and
                          (Config::kLoadRowsA == BLOCK_M or
@@ -221,15 +215,6 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
             if constexpr (kSplitsInCluster) {
                 split_epilogue.reduce_to_d(&accum[0][0], wg, tile.row_base, tile.n_block * BLOCK_N, shape_m, SHAPE_N,
                                            d, d_row_stride);
-                continue;
-            }
-            if constexpr (kKSplits) {
-                // Split g's partial tile in plane g of the contiguous [splits, m, n] buffer.
-                const uint32_t m_start = tile.m_block * BLOCK_M, n_start = tile.n_block * BLOCK_N;
-                float* d_tile = reinterpret_cast<float*>(d) +
-                                (static_cast<uint64_t>(tile.group) * shape_m + m_start) * d_row_stride + n_start;
-                RegisterFP32Epilogue::store<kNumSubTiles * kNumAccum / 2>(&accum[0][0], wg, d_tile, d_row_stride,
-                                                                         shape_m - m_start, SHAPE_N - n_start);
                 continue;
             }
             // ---- Epilogue (per warpgroup and 64-row sub-tile): FP32 -> BF16 / FP32 smem tile -> TMA ----

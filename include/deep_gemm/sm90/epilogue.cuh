@@ -461,34 +461,6 @@ struct ClusterEpilogue<Epilogue, decltype(void(Epilogue::kClusterCtas))> {
     __device__ __forceinline__ static void init(uint8_t* smem_d) { Epilogue::init(smem_d); }
 };
 
-// FP32 tiles written from the registers, no shared memory (the K splits of a sum over batches, bf16_gemm.cuh): each
-// split's partial sum goes to its own plane of a buffer only the next kernel reads, so nothing needs TMA's clipping
-// or coalescing through shared memory; without the D tile the pipeline keeps 4-5 stages instead of 2-3 at the tiles
-// those sums take. A thread's accumulator pair is one row's two adjacent columns and a quad's four pairs one
-// 32-byte sector, so every store fills whole sectors.
-struct RegisterFP32Epilogue {
-    template <uint32_t kNumMathWGs>
-    static constexpr uint32_t smem_d_bytes() {
-        return 0;
-    }
-
-    // The warpgroup's kNumPairs accumulator pairs (all its sub-tiles) to the tile whose first element is `d_tile`
-    // (FP32, `row_stride` elements per row), rows from `num_rows` on and columns from `num_cols` on left out. The
-    // caller keeps the row stride, d_tile's offset and num_cols even (8-byte pair stores).
-    template <uint32_t kNumPairs, typename MathWarpgroup>
-    __device__ __forceinline__ static void store(const float* acc, const MathWarpgroup& wg, float* d_tile,
-                                                 uint32_t row_stride, uint32_t num_rows, uint32_t num_cols) {
-        #pragma unroll
-        for (uint32_t j = 0; j < kNumPairs; ++j) {
-            uint32_t row, col;
-            wg.pair_position(j, row, col);
-            if (row < num_rows and col < num_cols)
-                *reinterpret_cast<float2*>(d_tile + static_cast<uint64_t>(row) * row_stride + col) =
-                    make_float2(acc[2 * j], acc[2 * j + 1]);
-        }
-    }
-};
-
 // K splits over a cluster (dense GEMMs too small to give every SM an output tile): the kSplits CTAs of a cluster
 // compute one output tile, each over its own contiguous range of K (KSplits; split = cluster rank). Every CTA writes
 // its FP32 accumulators into its own shared memory; then each CTA adds up a share of the tile's accumulator pairs
