@@ -17,6 +17,10 @@ BLOCK_NS = tuple(range(16, 257, 16))
 # NOTES: past m = 128 only whole 64-wide tiles: the first measurement (H100, 4096x7168x16384 nt) ran 128x176 (picked
 # by the model, 32-byte D swizzle) at 619 TFLOPS against 791 for 128x256 (the MN-major B layouts' pick).
 COMPUTE_BLOCK_NS = (64, 128, 144, 192, 256)
+# NOTES: the einsums' per-head GEMMs past m = 128 take whole 128- or 256-wide tiles: on an H100 (h = 8, 4096 x 4096 x
+# 1024 per head, B MN-major) the model's 128 x 192 (4 stages, a ragged last N tile) ran 470 us where 128 x 256 (3
+# stages) ran 375 and DeepGEMM 372; K-major B, n = 1024: 444 vs 353 us.
+BATCHED_COMPUTE_BLOCK_NS = (64, 128, 256)
 # Modelled efficiency of a pipeline this shallow (the K loop waits for each K block before the next is issued).
 _STAGE_EFFICIENCY = {1: 0.4, 2: 0.7, 3: 0.9}
 # Dense calls of m <= 128 rows stream B (memory-bound) and may cut K over a cluster of CTAs (bf16_gemm.cuh,
@@ -109,7 +113,7 @@ def _pick_decode(m: int, n: int, k: int, sms: int, mn_major_b: bool, out_bytes: 
 
 
 def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int, groups: int,
-                 max_block_m: int) -> Tuple[int, int]:
+                 max_block_m: int, compute_block_ns: Tuple[int, ...] = COMPUTE_BLOCK_NS) -> Tuple[int, int]:
     candidates = []
     for bm in BLOCK_MS:
         # NOTES: past m = 128 (compute-bound) no 64-row tiles: one math warpgroup does not keep the tensor cores
@@ -117,7 +121,7 @@ def _pick_blocks(m: int, n: int, sms: int, mn_major_b: bool, out_bytes: int, gro
         # tiles ran 191 TFLOPS where DeepGEMM ran 516).
         if (bm > 64 and m <= 64) or bm > max_block_m or (bm == 64 and m > 128):
             continue
-        for bn in (BLOCK_NS if m <= 128 else COMPUTE_BLOCK_NS):
+        for bn in (BLOCK_NS if m <= 128 else compute_block_ns):
             if legal_block(bm, bn, mn_major_b) and max_stages(bm, bn, out_bytes) >= 2:
                 candidates.append((bm, bn))
     best_key, best = None, None
@@ -231,7 +235,8 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
     if kind == KernelType.NORMAL and m <= 128 and k > 0:
         bm, bn, splits = _pick_decode(m, n, k, num_sms, mn_major_b, out_bytes)
     else:
-        bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m)
+        bm, bn = _pick_blocks(m, n, num_sms, mn_major_b, out_bytes, tile_groups, max_block_m,
+                              BATCHED_COMPUTE_BLOCK_NS if kind == KernelType.BATCHED else COMPUTE_BLOCK_NS)
         if kind == KernelType.NORMAL:
             multicast, on_a = _dense_multicast(m, n, bm, bn, num_sms)
         else:
