@@ -64,6 +64,13 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     constexpr uint32_t kSplitBlocks = Config::kSplitBlocks;
     constexpr uint32_t kItemTokens = kSplitBlocks * kPagedBlockTokens;
     constexpr uint32_t N = kNextN * H;
+    // setmaxnreg moves registers only within the CTA's launch allocation (kEntryRegs per thread): what the producer
+    // gives up is all the math warpgroups can take.
+    constexpr uint32_t kEntryRegs = 65536 / kPagedNumThreads / 8 * 8;
+    constexpr uint32_t kProducerRegs = 24;
+    constexpr uint32_t kMathRegsFit =
+        (kEntryRegs * kPagedNumThreads - 128 * kProducerRegs) / kPagedMathThreads / 8 * 8;
+    constexpr uint32_t kMathRegs = kMathRegsFit < 240 ? kMathRegsFit : 240;
     constexpr uint32_t kStageBlocks = kPagedMathWGs;  // one cache block per math warpgroup
     constexpr uint32_t kStageBytes = kStageBlocks * kPagedBlockTokens * D;
     constexpr uint32_t kStageSfBytes = kStageBlocks * kPagedBlockTokens * 4;  // and their scales
@@ -122,8 +129,8 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
         return b < batch_size and (b < end_batch or (b == end_batch and item < end_item));
     };
     if (threadIdx.x >= kPagedMathThreads) {
-        // The producer. Its registers go to the math warpgroups (setmaxnreg: 128 x 40 + 512 x 112 <= 64K).
-        warpgroup_reg_dealloc<40>();
+        // The producer. Its registers go to the math warpgroups (kMathRegs).
+        warpgroup_reg_dealloc<kProducerRegs>();
         if (threadIdx.x == kPagedMathThreads) {
             prefetch_tma_descriptor(&tensor_map_q);
             prefetch_tma_descriptor(&tensor_map_kv);
@@ -171,7 +178,7 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     }
 
     // Math warpgroups: warpgroup wg takes the cache block kStageBlocks x group + wg of each group.
-    warpgroup_reg_alloc<112>();
+    warpgroup_reg_alloc<kMathRegs>();
     const uint32_t wg = warp_idx / 4;
     uint32_t stage_count = 0, q_count = 0, q_batch = 0xffffffffu, q_stage = 0, tokens_batch = 0xffffffffu, tokens = 0;
     float w[Heads::kNumChunks][2];
