@@ -62,7 +62,6 @@ def mqa_grid(seq_len: int, config: MQAConfig) -> int:
 PAGED_BLOCK_TOKENS = 64
 PAGED_HEAD_DIM = 128
 PAGED_NEXT_NS = (1, 2)
-PAGED_MATH_WARPGROUPS = 4  # one cache block each per stage
 PAGED_SPLIT_BLOCKS = 4
 PAGED_ITEM_TOKENS = PAGED_SPLIT_BLOCKS * PAGED_BLOCK_TOKENS
 
@@ -78,7 +77,7 @@ class PagedMQAConfig:
 def paged_mqa_smem_size(heads: int, next_n: int, num_stages: int) -> int:
     """Mirror of `paged_mqa_logits_smem_size` in the kernel header (the kernel asserts equality)."""
     n = next_n * heads
-    stage = PAGED_MATH_WARPGROUPS * PAGED_BLOCK_TOKENS * (PAGED_HEAD_DIM + 4)  # a block's values and scales per WG
+    stage = 2 * PAGED_BLOCK_TOKENS * (PAGED_HEAD_DIM + 4)  # two cache blocks' values and scales
     return 2 * n * PAGED_HEAD_DIM + num_stages * stage + (2 * num_stages + 4) * 8
 
 
@@ -88,5 +87,4 @@ def get_paged_mqa_logits_config(heads: int, next_n: int) -> PagedMQAConfig:
         raise ValueError(f"paged MQA logits on SM90 take heads in {HEAD_COUNTS} and next_n in {PAGED_NEXT_NS}, got "
                          f"{heads}, {next_n}")
     stages = next(s for s in range(MAX_STAGES, 0, -1) if paged_mqa_smem_size(heads, next_n, s) <= SMEM_BUDGET)
-    return PagedMQAConfig(PAGED_SPLIT_BLOCKS, stages, paged_mqa_smem_size(heads, next_n, stages),
-                          128 * PAGED_MATH_WARPGROUPS + 128)
+    return PagedMQAConfig(PAGED_SPLIT_BLOCKS, stages, paged_mqa_smem_size(heads, next_n, stages), 256 + 128)

@@ -8,11 +8,9 @@
 // matrix and its scales as the 2 rows after them (a second, unswizzled map). The work is cut into items of
 // kSplitBlocks cache blocks of one batch; persistent CTAs take the items from
 // schedule_meta[cta] (batch, item) up to the next CTA's start (get_paged_mqa_logits_metadata). Per item the q tile
-// of the batch (next_n x H rows: WGMMA's N side) is loaded unless it is the previous item's, and groups of four cache
-// blocks go through a TMA ring, one block of 64 tokens (WGMMA's M side) per math warpgroup; the head reduction and
-// stores are the prefill kernel's (fp8_mqa_logits.cuh). Tokens at or past a query's context length are not written.
-// NOTES: four math warpgroups, not two: the head reduction of one block then overlaps three others' loads and WGMMAs
-// (DeepGEMM's SM90 kernel runs four too; at next_n 2 x 64 heads ours with two reached 0.78-0.85 of its speed).
+// of the batch (next_n x H rows: WGMMA's N side) is loaded unless it is the previous item's, and pairs of cache blocks
+// go through a TMA ring, one block of 64 tokens (WGMMA's M side) per math warpgroup; the head reduction and stores
+// are the prefill kernel's (fp8_mqa_logits.cuh). Tokens at or past a query's context length are not written.
 
 #include <deep_gemm/common/barrier.cuh>
 #include <deep_gemm/common/tma.cuh>
@@ -26,8 +24,7 @@
 
 namespace deep_gemm::sm90 {
 
-constexpr uint32_t kPagedMathWGs = 4;                            // math warpgroups: one cache block each per stage
-constexpr uint32_t kPagedMathThreads = kPagedMathWGs * 128;
+constexpr uint32_t kPagedMathThreads = 256;                      // two math warpgroups
 constexpr uint32_t kPagedNumThreads = kPagedMathThreads + 128;   // + a producer warpgroup (one thread issues TMA)
 constexpr uint32_t kPagedBlockTokens = 64;                       // tokens per cache block
 constexpr uint32_t kPagedHeadDim = 128;
@@ -36,12 +33,10 @@ constexpr uint32_t kPagedBlockRows = 66;                         // 128-byte row
 // Shared-memory bytes of one instantiation; mirrored by the host (heuristics/sm90_mqa.py), asserted below.
 template <uint32_t N, uint32_t kNumStages>
 constexpr uint32_t paged_mqa_logits_smem_size() {
-    return 2 * N * kPagedHeadDim + kNumStages * kPagedMathWGs * kPagedBlockTokens * (kPagedHeadDim + 4) +
-           (2 * kNumStages + 4) * 8;
+    return 2 * N * kPagedHeadDim + kNumStages * 2 * kPagedBlockTokens * (kPagedHeadDim + 4) + (2 * kNumStages + 4) * 8;
 }
 
-// Config: kNumHeads, kNextN, kSplitBlocks (cache blocks per work item, a multiple of kPagedMathWGs), kNumStages,
-// kOutputBF16, kSmemSize.
+// Config: kNumHeads, kNextN, kSplitBlocks (cache blocks per work item, even), kNumStages, kOutputBF16, kSmemSize.
 template <typename Config>
 __global__ void __launch_bounds__(kPagedNumThreads, 1)
 fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   // q [B x next_n x H, 128] fp8
@@ -64,28 +59,20 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     constexpr uint32_t kSplitBlocks = Config::kSplitBlocks;
     constexpr uint32_t kItemTokens = kSplitBlocks * kPagedBlockTokens;
     constexpr uint32_t N = kNextN * H;
-    // setmaxnreg moves registers only within the CTA's launch allocation (kEntryRegs per thread): what the producer
-    // gives up is all the math warpgroups can take.
-    constexpr uint32_t kEntryRegs = 65536 / kPagedNumThreads / 8 * 8;
-    constexpr uint32_t kProducerRegs = 24;
-    constexpr uint32_t kMathRegsFit =
-        (kEntryRegs * kPagedNumThreads - 128 * kProducerRegs) / kPagedMathThreads / 8 * 8;
-    constexpr uint32_t kMathRegs = kMathRegsFit < 240 ? kMathRegsFit : 240;
-    constexpr uint32_t kStageBlocks = kPagedMathWGs;  // one cache block per math warpgroup
-    constexpr uint32_t kStageBytes = kStageBlocks * kPagedBlockTokens * D;
-    constexpr uint32_t kStageSfBytes = kStageBlocks * kPagedBlockTokens * 4;  // and their scales
+    constexpr uint32_t kStageBytes = 2 * kPagedBlockTokens * D;  // one cache block per math warpgroup
+    constexpr uint32_t kStageSfBytes = 2 * kPagedBlockTokens * 4;  // and its scales
     using MMA = FP8WGMMA<N>;
     using Heads = MQAHeads<kNextN, H>;
     DG_STATIC_ASSERT(H % 8 == 0 and N <= 256, "next_n x heads must fit one WGMMA's N");
-    DG_STATIC_ASSERT(kSplitBlocks % kStageBlocks == 0, "a work item is whole stages of cache blocks");
+    DG_STATIC_ASSERT(kSplitBlocks % 2 == 0, "a work item is whole pairs of cache blocks");
     DG_STATIC_ASSERT((N * D) % 1024 == 0, "q tiles 1024-byte aligned");
     DG_STATIC_ASSERT(Config::kSmemSize == (paged_mqa_logits_smem_size<N, kNumStages>()),
                      "host and device disagree on the shared-memory size");
 
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t* smem_q = smem;                       // 2 x [N, D]
-    uint8_t* smem_kv = smem + 2 * N * D;          // kNumStages x [kStageBlocks x 64, D]
-    float* smem_sf = reinterpret_cast<float*>(smem_kv + kNumStages * kStageBytes);  // kNumStages x [kStageBlocks x 64]
+    uint8_t* smem_kv = smem + 2 * N * D;          // kNumStages x [2 x 64, D]
+    float* smem_sf = reinterpret_cast<float*>(smem_kv + kNumStages * kStageBytes);  // kNumStages x [2 x 64]
     Barrier* full = reinterpret_cast<Barrier*>(smem_kv + kNumStages * (kStageBytes + kStageSfBytes));
     Barrier* empty = full + kNumStages;
     Barrier* q_full = empty + kNumStages;
@@ -123,14 +110,14 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
     }
     __syncthreads();
 
-    // Both roles walk the same items in the same order: stage_count counts block groups through the ring, q_count the
+    // Both roles walk the same items in the same order: stage_count counts block pairs through the ring, q_count the
     // q tiles (one per batch met); a batch without (more) items is stepped over.
     const auto in_range = [&](uint32_t b, uint32_t item) {
         return b < batch_size and (b < end_batch or (b == end_batch and item < end_item));
     };
     if (threadIdx.x >= kPagedMathThreads) {
-        // The producer. Its registers go to the math warpgroups (kMathRegs).
-        warpgroup_reg_dealloc<kProducerRegs>();
+        // The producer. Its registers go to the math warpgroups (setmaxnreg: 128 x 40 + 256 x 232 <= 64K).
+        warpgroup_reg_dealloc<40>();
         if (threadIdx.x == kPagedMathThreads) {
             prefetch_tma_descriptor(&tensor_map_q);
             prefetch_tma_descriptor(&tensor_map_kv);
@@ -157,16 +144,15 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
                 for (uint32_t i = 0; i < kSplitBlocks; ++i)
                     blocks[i] = cache_block(b, item * kSplitBlocks + i, tokens);
                 #pragma unroll
-                for (uint32_t group = 0; group < kSplitBlocks / kStageBlocks; ++group, ++stage_count) {
+                for (uint32_t pair = 0; pair < kSplitBlocks / 2; ++pair, ++stage_count) {
                     const uint32_t stage = stage_count % kNumStages;
                     empty[stage].wait(((stage_count / kNumStages) & 1) ^ 1);
                     #pragma unroll
-                    for (uint32_t i = 0; i < kStageBlocks; ++i) {
-                        const int32_t row = blocks[kStageBlocks * group + i] * static_cast<int32_t>(kPagedBlockRows);
+                    for (uint32_t half = 0; half < 2; ++half) {
+                        const int32_t row = blocks[2 * pair + half] * static_cast<int32_t>(kPagedBlockRows);
                         tma_load_2d(&tensor_map_kv, &full[stage], smem_kv + stage * kStageBytes +
-                                    i * kPagedBlockTokens * D, 0, row, kTmaCacheHintEvictNormal);
-                        tma_load_2d(&tensor_map_sf, &full[stage],
-                                    smem_sf + (kStageBlocks * stage + i) * kPagedBlockTokens, 0,
+                                    half * kPagedBlockTokens * D, 0, row, kTmaCacheHintEvictNormal);
+                        tma_load_2d(&tensor_map_sf, &full[stage], smem_sf + (2 * stage + half) * kPagedBlockTokens, 0,
                                     row + static_cast<int32_t>(kPagedBlockTokens), kTmaCacheHintEvictNormal);
                     }
                     full[stage].arrive_and_expect_tx(kStageBytes + kStageSfBytes);
@@ -177,8 +163,8 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
         return;
     }
 
-    // Math warpgroups: warpgroup wg takes the cache block kStageBlocks x group + wg of each group.
-    warpgroup_reg_alloc<kMathRegs>();
+    // Math warpgroups: warpgroup wg takes the cache block 2 x pair + wg of each pair.
+    warpgroup_reg_alloc<232>();
     const uint32_t wg = warp_idx / 4;
     uint32_t stage_count = 0, q_count = 0, q_batch = 0xffffffffu, q_stage = 0, tokens_batch = 0xffffffffu, tokens = 0;
     float w[Heads::kNumChunks][2];
@@ -206,16 +192,16 @@ fp8_paged_mqa_logits_impl(const __grid_constant__ TmaDescriptor tensor_map_q,   
         }
         const uint32_t q_desc_lo = kmajor_sw128_desc_lo(smem_u32(smem_q + q_stage * N * D));
         #pragma unroll 1
-        for (uint32_t group = 0; group < kSplitBlocks / kStageBlocks; ++group, ++stage_count) {
+        for (uint32_t pair = 0; pair < kSplitBlocks / 2; ++pair, ++stage_count) {
             const uint32_t stage = stage_count % kNumStages;
-            const uint32_t blk = item * kSplitBlocks + kStageBlocks * group + wg;
+            const uint32_t blk = item * kSplitBlocks + 2 * pair + wg;
             // This thread's tokens: rows lane / 4 and lane / 4 + 8 of its warp's 16 in the block; their scales.
             const uint32_t row0 = (warp_idx % 4) * 16 + lane / 4;
             full[stage].wait((stage_count / kNumStages) & 1);
             float sf[2];
             #pragma unroll
             for (uint32_t r = 0; r < 2; ++r)
-                sf[r] = smem_sf[(kStageBlocks * stage + wg) * kPagedBlockTokens + row0 + 8 * r];
+                sf[r] = smem_sf[(2 * stage + wg) * kPagedBlockTokens + row0 + 8 * r];
             const uint32_t kv_desc_lo = kmajor_sw128_desc_lo(
                 smem_u32(smem_kv + stage * kStageBytes + wg * kPagedBlockTokens * D));
             mqa_tile_mma<MMA, D>(kv_desc_lo, q_desc_lo, accum);
