@@ -297,6 +297,28 @@ def main_loop(instructions: Sequence[Instruction], mmas_per_k_block: int) -> Loo
 
 # ---- Command line ----
 
+def register_moves_problem(ptx: str, ptxas_log: str, num_threads: int) -> str:
+    """Why a kernel's setmaxnreg moves cannot all complete ("" if they can). They move registers only inside the
+    CTA's launch allocation (ptxas's count per thread, in steps of 8): what the producer warpgroup (128 threads)
+    gives up with setmaxnreg.dec must cover what the other warpgroups take with setmaxnreg.inc, or their .inc waits
+    forever. (A paged MQA logits kernel hung so: 640 threads at 96 registers, the producer at 40, four math
+    warpgroups asking 112.)"""
+    used = re.search(r"Used (\d+) registers", ptxas_log)
+    if used is None:
+        return "no 'Used N registers' in the ptxas log (compile with ptxas_verbose=True)"
+    regs = (int(used.group(1)) + 7) // 8 * 8
+    dec = {int(v) for v in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32 (\d+);", ptx)}
+    inc = {int(v) for v in re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32 (\d+);", ptx)}
+    if len(dec) > 1 or len(inc) > 1:
+        return f"several setmaxnreg targets: dec {sorted(dec)}, inc {sorted(inc)}"
+    producer, math = (dec or {regs}).pop(), (inc or {regs}).pop()
+    need = 128 * producer + (num_threads - 128) * math
+    if need > regs * num_threads:
+        return (f"128 x {producer} + {num_threads - 128} x {math} = {need} registers > the launch allocation "
+                f"{num_threads} x {regs} = {regs * num_threads}")
+    return ""
+
+
 def _config(args) -> Tuple[object, GemmConfig]:
     """(KernelSource, config) for the command line's problem, the heuristic's pick unless a tile is forced."""
     if args.family == "wgrad":

@@ -10,6 +10,7 @@ from deep_gemm.heuristics.sm90 import MAX_STAGES, SMEM_BUDGET, num_math_threads,
 from deep_gemm.jit import CompileError
 from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler, check_arch
 from deep_gemm.families.sm90_fp8_gemm_1d2d import kernel_source
+from tools import sass
 
 ARCH = "sm_90a"
 EM_CUDA = 190
@@ -70,7 +71,8 @@ def test_hand_configs_fit_and_are_legal():
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def nvrtc_build(request):
     n, k, config = CONFIGS[request.param]
-    return config, NVRTCCompiler().compile(kernel_source(n, k, config).code(), ARCH, want_ptx=True)
+    return config, NVRTCCompiler().compile(kernel_source(n, k, config).code(), ARCH, want_ptx=True,
+                                           ptxas_verbose=True)
 
 
 def test_nvrtc_cubin(nvrtc_build):
@@ -82,6 +84,7 @@ def test_nvrtc_cubin(nvrtc_build):
 def test_nvrtc_ptx(nvrtc_build):
     config, result = nvrtc_build
     check_ptx(result.ptx, config)
+    assert not sass.register_moves_problem(result.ptx, result.log, config.num_threads)
 
 
 def test_nvcc_compiles_ragged_config():
@@ -248,6 +251,7 @@ def test_fp8_out_kernel_compiles_without_spills(m):
     assert "cvt.rn.satfinite.e4m3x2.f32" in result.ptx and "cp.async.bulk.tensor.2d.global.shared" in result.ptx
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
     assert spills and all(s == ("0", "0") for s in spills), result.log
+    assert not sass.register_moves_problem(result.ptx, result.log, config.num_threads)
 
 
 def test_fp8_out_kernel_refuses_tiles_across_scale_groups():
@@ -275,6 +279,7 @@ def test_grouped_fp8_out_kernels_compile_without_spills(kind_name, m, n):
     assert "cvt.rn.satfinite.e4m3x2.f32" in result.ptx
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
     assert spills and all(s == ("0", "0") for s in spills), result.log
+    assert not sass.register_moves_problem(result.ptx, result.log, config.num_threads)
 
 
 @pytest.mark.parametrize("kind_name,m,clamp_bits", [("M_GROUPED_MASKED", 8, 0x7F800000),
@@ -298,3 +303,4 @@ def test_swiglu_kernels_compile_without_spills(kind_name, m, clamp_bits):
     assert "cvt.rn.satfinite.e4m3x2.f32" in result.ptx and "ld.shared::cluster.v2.f32" in result.ptx
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
     assert spills and all(s == ("0", "0") for s in spills), result.log
+    assert not sass.register_moves_problem(result.ptx, result.log, config.num_threads)

@@ -119,6 +119,7 @@ def test_bf16_no_register_spills(built):
     name, _, _, result = built
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
     assert spills and all(s == ("0", "0") for s in spills), f"{name}\n{result.log}"
+    assert not sass.register_moves_problem(result.ptx, result.log, built[1].num_threads), name
 
 
 @pytest.mark.parametrize("name", sorted(BUDGETS))

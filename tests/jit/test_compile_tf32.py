@@ -38,6 +38,7 @@ def test_tf32_no_spills_and_async_wgmma(built):
     _, result = built
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
     assert spills and all(s == ("0", "0") for s in spills), result.log
+    assert not sass.register_moves_problem(result.ptx, result.log, built[0].num_threads)
     assert "serializ" not in result.log.lower(), result.log
 
 

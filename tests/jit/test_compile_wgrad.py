@@ -7,6 +7,7 @@ from deep_gemm.heuristics.sm90_wgrad import build_wgrad_config, get_wgrad_config
 from deep_gemm.jit import CompileError
 from deep_gemm.jit.compiler import NVCCCompiler, NVRTCCompiler
 from deep_gemm.families.sm90_fp8_wgrad_1d1d import kernel_source
+from tools import sass
 
 ARCH = "sm_90a"
 
@@ -42,10 +43,11 @@ def test_wgrad_cubin_and_ptx(built):
 
 
 def test_wgrad_no_register_spills(built):
-    _, _, result = built
+    config, _, result = built
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
     assert spills, result.log
     assert all(s == ("0", "0") for s in spills), result.log
+    assert not sass.register_moves_problem(result.ptx, result.log, config.num_threads)
 
 
 def test_wgrad_nvcc_compiles():

@@ -127,3 +127,15 @@ def test_mmas_per_k_block_from_config():
     assert sass.mmas_per_k_block(build_sm90_config(4096, 7168, 4096, 128, 192, 132)) == 4
     assert sass.mmas_per_k_block(build_sm90_config(64, 7168, 4096, 64, 128, 132)) == 4
     assert sass.mmas_per_k_block(build_wgrad_config(16384, 7168, 1, 256, 112, 132)) == 8
+
+
+def test_register_moves_problem():
+    """setmaxnreg moves within the launch allocation: what the producer frees must cover what the others take."""
+    log = "ptxas info    : Used 96 registers, used 1 barriers\n"
+    moves = "setmaxnreg.dec.sync.aligned.u32 {};\nsetmaxnreg.inc.sync.aligned.u32 {};\n"
+    assert sass.register_moves_problem(moves.format(24, 112), log, 640) == ""
+    assert "62464 registers > the launch allocation 640 x 96 = 61440" in \
+        sass.register_moves_problem(moves.format(40, 112), log, 640)
+    assert sass.register_moves_problem("", log, 640) == ""  # no moves
+    assert "ptxas_verbose" in sass.register_moves_problem(moves.format(24, 112), "", 640)
+    assert "several" in sass.register_moves_problem(moves.format(24, 112) + moves.format(24, 104), log, 640)
