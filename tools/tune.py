@@ -17,6 +17,9 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
   dense's grid at m < BLOCK_M: each config also with m-row A boxes (a_rows_per_stage; shown as aR)
   bf16's grid: every legal tile with every cluster K split whose clusters fit one wave, past m = 128 also with
                      2-CTA multicast (--bm / --bn narrow it)
+  einsum (its JSON problem: form bhr / bhd / bmk, batches, m, n, k, out): per-head tiles with and without A shared
+                     by 2-CTA pairs (mcA); bmk: K splits into partial sums (BMxBN) or, for an FP32 d, summed in
+                     clusters of S CTAs (BMxBN:ksS)
 Every candidate is compiled in parallel first, checked against the dequantised reference (dense, wgrad,
 k_grouped), then timed with the bench method (kineto kernel time, L2 flush per call); '*' marks the heuristic's pick.
 """
@@ -469,6 +472,85 @@ def _bf16_grouped_problem(family, values, bms, bns, skew) -> Problem:
                    picked, make_config, lambda cfg: sm90_bf16_gemm.kernel_source(n, cfg, kernel_kind), grid, check)
 
 
+def einsum_configs(values: dict, sms: int, splits: int):
+    """(picked, make_config, grid, kernel_source) of an einsum problem (see `_einsum_problem`; no GPU needed):
+    per-head tiles with and without A shared by a head's N block pairs; bmk as `splits` K splits into partial sums
+    (BMxBN) or, for an FP32 d, summed in clusters of S CTAs (BMxBN:ksS)."""
+    from deep_gemm.families import sm90_bf16_gemm
+    from deep_gemm.heuristics import KernelType
+    from deep_gemm.heuristics.sm90_bf16 import (BLOCK_NS, COMPUTE_BLOCK_NS, build_bf16_config,
+                                                get_bf16_cluster_sum_config, get_bf16_config, get_bf16_ksplit_config,
+                                                legal_block, sums_in_clusters)
+    form, batches, m, n, k = (values[f] for f in ("form", "batches", "m", "n", "k"))
+    Kind = sm90_bf16_gemm.KernelKind
+    if form != "bmk":
+        kind = Kind(False, form == "bhd", False, False, KernelType.BATCHED)
+
+        def make_config(bm, bn, mc, on_a, stages, splits_in_cluster=1):
+            _no_splits(splits_in_cluster)
+            if not legal_block(bm, bn, kind.mn_major_b) or (mc == 2 and not on_a):
+                raise ValueError(f"{bm}x{bn} (multicast {mc}{'A' if on_a else 'B'}) is not a per-head einsum tile")
+            return build_bf16_config(m, n, bm, bn, sms, 2, stages, groups=batches, num_multicast=mc,
+                                     multicast_on_a=True, kind=KernelType.BATCHED)
+
+        def grid(bms, bns, _max_stages):
+            cfgs = []
+            for bm in bms or [64, 128, 256]:
+                for bn in bns or (BLOCK_NS if m <= 128 else COMPUTE_BLOCK_NS):
+                    for mc in (1, 2):
+                        try:
+                            cfgs.append(make_config(bm, bn, mc, True, 0))
+                        except ValueError:
+                            continue
+            return cfgs
+        return (get_bf16_config(m, n, sms, kind.mn_major_b, 2, KernelType.BATCHED, batches), make_config, grid,
+                lambda cfg: sm90_bf16_gemm.kernel_source(n, cfg, kind))
+
+    fp32 = values["out"] == "fp32"  # the spec accumulates an FP32 d in place (c = d): the cluster sum's form
+    partials = Kind(False, False, True, False, KernelType.BATCHED, batch_splits_k=True)
+    clusters = Kind(False, False, True, True, KernelType.NORMAL, batch_splits_k=True)
+    in_clusters = fp32 and sums_in_clusters(m, n, batches, k, sms)
+
+    def make_config(bm, bn, mc, on_a, stages, cluster_splits=1):
+        if mc != 1 or not legal_block(bm, bn, False) or (cluster_splits > 1 and not fp32):
+            raise ValueError(f"{bm}x{bn} (multicast {mc}, {cluster_splits} cluster splits) is not a bmk,bnk->mn "
+                             f"configuration for a {values['out']} d")
+        if cluster_splits > 1:
+            return build_bf16_config(m, n, bm, bn, sms, 4, stages, cluster_k_splits=cluster_splits)
+        return build_bf16_config(m, n, bm, bn, sms, 4, stages, groups=splits)
+
+    def grid(bms, bns, _max_stages):
+        cfgs = []
+        for bm in bms or [64, 128, 256]:
+            for bn in bns or [bn for bn in BLOCK_NS if bn % 32 == 0]:
+                for cluster_splits in (1, 2, 4, 8) if fp32 else (1,):
+                    try:
+                        cfgs.append(make_config(bm, bn, 1, True, 0, cluster_splits))
+                    except ValueError:
+                        continue
+        return cfgs
+    picked = get_bf16_cluster_sum_config(m, n, sms) if in_clusters else get_bf16_ksplit_config(m, n, sms, splits)
+    return (picked, make_config, grid,
+            lambda cfg: sm90_bf16_gemm.kernel_source(n, cfg, clusters if cfg.cluster_k_splits > 1 else partials))
+
+
+def _einsum_problem(values, bms, bns) -> Problem:
+    """einsum: its SPECS case (form bhr / bhd: one GEMM per head of `batches` heads, BF16 d; bmk: d = the sum over
+    `batches` products) over `einsum_configs`' tiles, timed by the kernel's name: the K splits' fixed-order PyTorch
+    sum is not counted (DeepGEMM's test_einsum times the same way)."""
+    import torch
+
+    import deep_gemm
+    from deep_gemm.runtime import k_split_count
+    case = _spec_of("einsum").build(values, torch.device("cuda"), 0)
+    splits = k_split_count(values["m"], values["n"], values["batches"], values["k"], torch.cuda.current_device())
+    picked, make_config, grid, source = einsum_configs(values, deep_gemm.get_num_sms(), splits)
+    flops = 2 * values["batches"] * values["m"] * values["n"] * values["k"]
+    kernel = "bmn_bnk_mn_gemm" if values["form"] == "bmk" else "bf16_gemm"
+    return Problem(f"einsum {json.dumps(values)}", case.run, kernel, flops, picked, make_config, source, grid,
+                   _case_check(case))
+
+
 def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False,
                  full_a_box: bool = False) -> Problem:
     """The inputs, call and config builders of one CASE of `family` (on the current CUDA device)."""
@@ -477,6 +559,8 @@ def make_problem(family: str, case: str, bms=None, bns=None, skew: bool = False,
         return _bf16_problem(values, bms, bns, full_a_box)
     if family in ("bf16_contiguous", "bf16_masked"):
         return _bf16_grouped_problem(family, values, bms, bns, skew)
+    if family == "einsum":
+        return _einsum_problem(values, bms, bns)
     if CASE_FORMS[family] == SPEC_FORM:
         return _spec_problem(family, values, bms, bns)
     if family in WGRAD_KERNEL:

@@ -65,3 +65,26 @@ def test_config_specs():
     assert parse_case("psum", "4:8192:4096:7168") == [4, 8192, 4096, 7168]
     with pytest.raises(ValueError, match="expected MxNxK for --family dense"):
         parse_case("dense", "1x2x3:4")
+
+
+def test_einsum_configs():
+    """The tuner's einsum grids (no GPU): per-head tiles with A-shared pairs, and the sum over batches as K splits or,
+    for an FP32 d, in clusters; every config fits, the heuristic's pick is the runtime's."""
+    from deep_gemm.heuristics.sm90 import SMEM_BUDGET
+    from tools.tune import einsum_configs
+    heads = dict(form="bhd", batches=8, m=4096, n=4096, k=1024, out="bf16")
+    picked, make_config, grid, _ = einsum_configs(heads, 132, 1)
+    assert (picked.block_m, picked.block_n) == (128, 256)
+    cfgs = grid(None, None, None)
+    assert cfgs and all(c.smem_size <= SMEM_BUDGET for c in cfgs)
+    assert any(c.num_multicast == 2 for c in cfgs) and all(c.block_n % 64 == 0 for c in cfgs)  # MN-major B
+    with pytest.raises(ValueError, match="cluster K splits"):
+        make_config(128, 128, 1, True, 0, 4)
+    bmk = dict(form="bmk", batches=129, m=128, n=384, k=128, out="fp32")
+    picked, make_config, grid, source = einsum_configs(bmk, 132, 44)
+    assert picked.cluster_k_splits == 8  # a short walk sums in clusters
+    cfgs = grid(None, None, None)
+    assert {c.cluster_k_splits for c in cfgs} == {1, 2, 4, 8}
+    assert source(make_config(64, 64, 1, True, 0, 8)).function.endswith("bmn_bnk_mn_gemm_impl")
+    with pytest.raises(ValueError, match="for a bf16 d"):
+        einsum_configs(dict(bmk, out="bf16"), 132, 44)[1](64, 64, 1, True, 0, 8)
