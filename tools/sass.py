@@ -295,8 +295,6 @@ def main_loop(instructions: Sequence[Instruction], mmas_per_k_block: int) -> Loo
     return max(loops, key=lambda r: (r.num_mma, -r.start))
 
 
-# ---- Command line ----
-
 def register_moves_problem(ptx: str, ptxas_log: str, num_threads: int) -> str:
     """Why a kernel's setmaxnreg moves cannot all complete ("" if they can). They move registers only inside the
     CTA's launch allocation (ptxas's count per thread, in steps of 8): what the producer warpgroup (128 threads)
@@ -318,6 +316,8 @@ def register_moves_problem(ptx: str, ptxas_log: str, num_threads: int) -> str:
                 f"{num_threads} x {regs} = {regs * num_threads}")
     return ""
 
+
+# ---- Command line ----
 
 def _config(args) -> Tuple[object, GemmConfig]:
     """(KernelSource, config) for the command line's problem, the heuristic's pick unless a tile is forced."""
