@@ -51,5 +51,6 @@ using TensorMapEncodeTiledFn = Result (*)(TensorMap*, int data_type, unsigned in
 using LaunchKernelExFn = Result (*)(const LaunchConfig*, Function, void** kernel_params, void** extra);
 using CtxGetCurrentFn = Result (*)(Context*);
 using GetErrorStringFn = Result (*)(Result, const char**);
+using StreamIsCapturingFn = Result (*)(Stream, int* capture_status);  // CUstreamCaptureStatus
 
 }  // namespace deep_gemm::cu

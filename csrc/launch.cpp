@@ -83,6 +83,8 @@ struct Launch {
     std::vector<void*> params;  // kernelParams: pointers into `buffer`
     std::vector<MapPatch> maps;
     std::vector<PtrPatch> ptrs;
+    int64_t workspace_offset = -1;  // a pointer parameter filled with the stream's workspace (-1: none)
+    int64_t workspace_bytes = 0;    // ... of at least this many bytes
 };
 
 struct Plan {
@@ -134,6 +136,13 @@ struct Globals {
     Key key;
     // Counters (read by tests): fast launches, slow-path calls, plans registered.
     uint64_t num_fast = 0, num_slow = 0, num_registered = 0;
+    // Workspaces of launches that need one (Launch::workspace_bytes): workspace_provider(device, bytes) -> (address,
+    // bytes) makes or returns the current stream's (deep_gemm.runtime.stream_workspace); the answers for streams
+    // that are not capturing are remembered here per (device, stream). A capturing stream asks every time (the
+    // provider gives each capture its own).
+    PyObject* workspace_provider = nullptr;
+    cu::StreamIsCapturingFn stream_is_capturing = nullptr;
+    std::unordered_map<Key, std::pair<int64_t, int64_t>, KeyHash> workspaces;
 };
 
 Globals g;
@@ -151,8 +160,10 @@ bool load_driver() {
     auto launch = reinterpret_cast<cu::LaunchKernelExFn>(dlsym(lib, "cuLaunchKernelEx"));
     auto ctx = reinterpret_cast<cu::CtxGetCurrentFn>(dlsym(lib, "cuCtxGetCurrent"));
     auto err = reinterpret_cast<cu::GetErrorStringFn>(dlsym(lib, "cuGetErrorString"));
-    if (encode == nullptr or launch == nullptr or ctx == nullptr or err == nullptr)
+    auto capturing = reinterpret_cast<cu::StreamIsCapturingFn>(dlsym(lib, "cuStreamIsCapturing"));
+    if (encode == nullptr or launch == nullptr or ctx == nullptr or err == nullptr or capturing == nullptr)
         return false;
+    g.stream_is_capturing = capturing;
     g.encode = encode, g.ctx_get_current = ctx, g.get_error_string = err;
     g.launch = launch;
     return true;
@@ -363,10 +374,11 @@ bool bad_plan(const char* what) {
     return false;
 }
 
-// launch = (grid, block, smem, cluster, buffer_size, arg_offsets, init_bytes, maps, ptrs); see make_plan.
+// launch = (grid, block, smem, cluster, buffer_size, arg_offsets, init_bytes, maps, ptrs, (workspace offset,
+// workspace bytes)); see make_plan.
 bool parse_launch(PyObject* obj, int num_tensors, Launch& launch) {
-    if (not PyTuple_Check(obj) or PyTuple_GET_SIZE(obj) != 9)
-        return bad_plan("a launch must be a 9-tuple");
+    if (not PyTuple_Check(obj) or PyTuple_GET_SIZE(obj) != 10)
+        return bad_plan("a launch must be a 10-tuple");
     int64_t v[5];
     for (int i = 0; i < 5; ++i)
         if (not as_i64(PyTuple_GET_ITEM(obj, i), v[i]))
@@ -467,6 +479,15 @@ bool parse_launch(PyObject* obj, int num_tensors, Launch& launch) {
             return bad_plan("pointer tensor index out of range");
         launch.ptrs.push_back(PtrPatch{static_cast<size_t>(p[0]), static_cast<int>(p[1]), p[2]});
     }
+
+    Py_ssize_t two = 2;
+    int64_t w[2];
+    if (not int_tuple(PyTuple_GET_ITEM(obj, 9), two, w, 2, "workspace"))
+        return false;
+    if (w[0] >= 0 and (w[0] + 8 > buffer_size or w[0] % 8 != 0 or w[1] <= 0))
+        return bad_plan("a workspace pointer must lie 8-byte aligned inside the buffer, of a positive size");
+    launch.workspace_offset = w[0] < 0 ? -1 : w[0];
+    launch.workspace_bytes = w[0] < 0 ? 0 : w[1];
     return true;
 }
 
@@ -530,6 +551,38 @@ bool pointers_fit(const Plan& plan, const int64_t* ptrs) {
     return true;
 }
 
+// The address of `stream`'s workspace of at least `bytes` bytes (0 with a Python error set).
+int64_t stream_workspace(int device, void* stream, int64_t bytes) {
+    int status = 1;  // CU_STREAM_CAPTURE_STATUS_ACTIVE; an error asks the provider too
+    const bool capturing = g.stream_is_capturing(stream, &status) != 0 or status != 0;
+    Key key{device, static_cast<int64_t>(reinterpret_cast<intptr_t>(stream))};
+    if (not capturing) {
+        auto it = g.workspaces.find(key);
+        if (it != g.workspaces.end() and it->second.second >= bytes)
+            return it->second.first;
+    }
+    if (g.workspace_provider == nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "deep_gemm._C: no workspace provider (set_workspace_provider)");
+        return 0;
+    }
+    PyObject* result = PyObject_CallFunction(g.workspace_provider, "iL", device, static_cast<long long>(bytes));
+    if (result == nullptr)
+        return 0;
+    int64_t answer[2] = {0, 0};
+    Py_ssize_t two = 2;
+    const bool ok = PyTuple_Check(result) and int_tuple(result, two, answer, 2, "workspace");
+    Py_DECREF(result);
+    if (not ok or answer[0] == 0 or answer[1] < bytes) {
+        if (not PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "deep_gemm._C: the workspace provider answered no (address, bytes) "
+                                                "of the size asked");
+        return 0;
+    }
+    if (not capturing)
+        g.workspaces[key] = {answer[0], answer[1]};
+    return answer[0];
+}
+
 // Encodes what changed and launches every launch of the plan on the device's current stream.
 PyObject* run_plan(Plan& plan, const int64_t* ptrs) {
     if (plan.launches.empty())
@@ -565,6 +618,12 @@ PyObject* run_plan(Plan& plan, const int64_t* ptrs) {
         for (const PtrPatch& p : launch.ptrs) {
             const int64_t ptr = ptrs[p.tensor] + p.ptr_offset;
             std::memcpy(buffer + p.offset, &ptr, sizeof(ptr));
+        }
+        if (launch.workspace_offset >= 0) {
+            const int64_t ptr = stream_workspace(plan.device, stream, launch.workspace_bytes);
+            if (ptr == 0)
+                return nullptr;
+            std::memcpy(buffer + launch.workspace_offset, &ptr, sizeof(ptr));
         }
         launch.config.stream = stream;
         const cu::Result r = g.launch(&launch.config, plan.function, launch.params.data(), nullptr);
@@ -754,6 +813,19 @@ PyObject* init(PyObject*, PyObject* args) {
     Py_RETURN_NONE;
 }
 
+// set_workspace_provider(provider): see Globals::workspace_provider. Forgets the remembered workspaces.
+PyObject* set_workspace_provider(PyObject*, PyObject* provider) {
+    if (not PyCallable_Check(provider)) {
+        PyErr_SetString(PyExc_TypeError, "deep_gemm._C.set_workspace_provider: the provider must be callable");
+        return nullptr;
+    }
+    Py_INCREF(provider);
+    Py_XDECREF(g.workspace_provider);
+    g.workspace_provider = provider;
+    g.workspaces.clear();
+    Py_RETURN_NONE;
+}
+
 PyObject* set_num_sms_cap(PyObject*, PyObject* arg) {
     int64_t cap;
     if (not as_i64(arg, cap))
@@ -805,6 +877,9 @@ PyMethodDef methods[] = {
      "make_plan(function, context, device, align_masks, extents, outputs, launches) -> plan"},
     {"init", init, METH_VARARGS,
      "init(slow_path, raw_stream, error_type, Tensor, Parameter, dtypes, signatures)"},
+    {"set_workspace_provider", set_workspace_provider, METH_O,
+     "set_workspace_provider(provider): provider(device, bytes) -> (address, bytes) of the current stream's "
+     "workspace, for launches that need one."},
     {"set_num_sms_cap", set_num_sms_cap, METH_O, "The set_num_sms cap (0: none), part of every layout key."},
     {"clear", clear, METH_NOARGS, "Forget every cached plan."},
     {"stats", stats, METH_NOARGS, "Counters: fast launches, slow-path calls, plans registered, plans held."},

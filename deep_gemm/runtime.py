@@ -215,11 +215,48 @@ def set_num_sms_cap(num_sms: Optional[int]) -> None:
     _C.set_num_sms_cap(0 if num_sms is None else num_sms)
 
 
+# Workspaces of the launches that need one (K splits added up by the last CTA: WorkspaceSplitEpilogue), one per
+# (device, stream) and, on a capturing stream, per capture (each CUDA graph owns its own, so two graphs may replay
+# at once on different streams). Zeroed when made; a kernel leaves its counters back at zero. Launches on one stream
+# are ordered, so they share it. Never freed: a captured graph keeps the address of the one it was captured with,
+# and `_C` remembers those of streams that are not capturing.
+WORKSPACE_MIN_BYTES = 1 << 20
+_workspaces: Dict[Tuple[int, int, int], torch.Tensor] = {}
+_outgrown: list = []
+
+
+def _capture_id(stream: torch.cuda.Stream) -> int:
+    """The id of the capture under way on `stream`, the current stream (0: none)."""
+    if not torch.cuda.is_current_stream_capturing():
+        return 0
+    from cuda.bindings import driver
+    result = driver.cuStreamGetCaptureInfo(driver.CUstream(stream.cuda_stream))
+    if int(result[0]) != 0:
+        raise CUDADriverError(f"cuStreamGetCaptureInfo failed: {result[0]}")
+    return int(result[2])
+
+
+def stream_workspace(device_index: int, nbytes: int) -> Tuple[int, int]:
+    """(address, bytes) of the current stream's workspace on device `device_index`, at least `nbytes` long (made
+    on first use, zeroed on that stream; `_C` asks for it per launch that needs one)."""
+    stream = torch.cuda.current_stream(device_index)
+    key = (device_index, stream.cuda_stream, _capture_id(stream))
+    workspace = _workspaces.get(key)
+    if workspace is None or workspace.numel() < nbytes:
+        if workspace is not None:
+            _outgrown.append(workspace)  # a captured graph may still address it
+        workspace = torch.zeros(max(nbytes, WORKSPACE_MIN_BYTES), dtype=torch.uint8,
+                                device=torch.device("cuda", device_index))
+        _workspaces[key] = workspace
+    return workspace.data_ptr(), workspace.numel()
+
+
 def _init() -> None:
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     _C.init(_slow_path, raw_stream, CUDADriverError, torch.Tensor, torch.nn.Parameter,
             (torch.float8_e4m3fn, torch.float32, torch.bfloat16, torch.int32),
             tuple(v.signature for v in VARIANTS))
+    _C.set_workspace_provider(stream_workspace)
 
 
 _init()

@@ -12,9 +12,11 @@ Usage: python -m tools.tune --family FAMILY CASE ... [options]
                      2-CTA multicast where the family and shape allow it (dense, contiguous, masked, psum)
   --max-stages S ... dense / contiguous / masked / psum: also try pipelines at most S deep
   --full-a-box       bf16: BLOCK_M rows of A per stage where m is smaller (the baseline of the heuristic's m-row boxes)
-  --configs BMxBN[:STAGES][:mcA|mcB|:ksS] ...   time exactly these (STAGES: the depth for wgrad families, the
-                     maximum for the others; ksS: dense / bf16 K cut over a cluster of S CTAs) instead of the grid
-  dense's grid at m < BLOCK_M: each config also with m-row A boxes (a_rows_per_stage; shown as aR)
+  --configs BMxBN[:STAGES][:mcA|mcB|:ksS|:wsS] ...   time exactly these (STAGES: the depth for wgrad families, the
+                     maximum for the others; ksS: dense / bf16 K cut over a cluster of S CTAs; wsS: dense K cut over
+                     S CTAs added up through the workspace, with m-row A boxes) instead of the grid
+  dense's grid at m < BLOCK_M: each config also with m-row A boxes (a_rows_per_stage; shown as aR); at m <= 64 also
+                     workspace K splits (those dividing the K blocks whose CTAs fit one wave)
   bf16's grid: every legal tile with every cluster K split whose clusters fit one wave, past m = 128 also with
                      2-CTA multicast (--bm / --bn narrow it)
   einsum (its JSON problem: form bhr / bhd / bmk, batches, m, n, k, out): per-head tiles with and without A shared
@@ -91,19 +93,22 @@ def parse_case(family: str, case: str):
 
 
 def parse_config_spec(spec: str):
-    """'BMxBN[:STAGES][:mcA|mcB|:ksS]' -> (block_m, block_n, multicast, on_a, stages or 0, cluster K splits)."""
+    """'BMxBN[:STAGES][:mcA|mcB|:ksS|:wsS]' -> (block_m, block_n, multicast, on_a, stages or 0, cluster K splits,
+    workspace K splits)."""
     try:
         parts = spec.split(":")
         bm, bn = (int(v) for v in parts[0].split("x"))
         stages = [int(p) for p in parts[1:] if p.isdigit()]
         mc = [p for p in parts[1:] if p in ("mcA", "mcB")]
         ks = [int(p[2:]) for p in parts[1:] if p.startswith("ks")]
-        if len(stages) > 1 or len(mc) + len(ks) > 1 or len(stages) + len(mc) + len(ks) != len(parts) - 1:
+        ws = [int(p[2:]) for p in parts[1:] if p.startswith("ws")]
+        if len(stages) > 1 or len(mc) + len(ks) + len(ws) > 1 or \
+                len(stages) + len(mc) + len(ks) + len(ws) != len(parts) - 1:
             raise ValueError
     except ValueError:
-        raise ValueError(f"config {spec!r}: expected BMxBN[:STAGES][:mcA|mcB|:ksS], e.g. 128x160:mcA or "
+        raise ValueError(f"config {spec!r}: expected BMxBN[:STAGES][:mcA|mcB|:ksS|:wsS], e.g. 128x160:mcA or "
                          f"64x64:ks4") from None
-    return bm, bn, 2 if mc else 1, mc != ["mcB"], stages[0] if stages else 0, ks[0] if ks else 1
+    return bm, bn, 2 if mc else 1, mc != ["mcB"], stages[0] if stages else 0, ks[0] if ks else 1, ws[0] if ws else 1
 
 
 def _no_splits(splits: int) -> None:
@@ -113,7 +118,8 @@ def _no_splits(splits: int) -> None:
 
 def describe(cfg) -> str:
     mc = "1" if cfg.num_multicast == 1 else f"{cfg.num_multicast}{'A' if cfg.multicast_on_a else 'B'}"
-    ks = f" ks{cfg.cluster_k_splits}" if cfg.cluster_k_splits > 1 else ""
+    ks = f" ks{cfg.cluster_k_splits}" if cfg.cluster_k_splits > 1 else \
+        f" ws{cfg.workspace_k_splits}" if cfg.workspace_k_splits > 1 else ""
     a_rows = f" a{cfg.a_box_rows}" if cfg.a_box_rows else ""
     return f"{cfg.block_m:>3}x{cfg.block_n:<3} mc{mc}{ks}{a_rows} st{cfg.num_stages:<2} grid{cfg.num_sms:>3}"
 
@@ -218,9 +224,9 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
         picked = get_config(GemmProblem(heur_m, n, k, sms, kernel_type=kind, num_groups=groups))
     psum_alignment = align if kind == KernelType.M_GROUPED_PSUM else 0
 
-    def make_config(bm, bn, mc, on_a, stages, splits=1, a_box=False):
-        if splits > 1 and kind != KernelType.NORMAL:
-            raise ValueError("cluster K splits are a dense configuration")
+    def make_config(bm, bn, mc, on_a, stages, splits=1, a_box=False, workspace_splits=1):
+        if max(splits, workspace_splits) > 1 and kind != KernelType.NORMAL:
+            raise ValueError("K splits are a dense configuration")
         # A pair shares an M block (multicast of A: the N blocks pair up) or an N block (of B: dense M blocks pair
         # up; contiguous and masked pairs are checked on the device, the batched and psum kernels have no B
         # multicast: their M blocks stop at a group's end).
@@ -232,9 +238,11 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
         if kind == KernelType.BATCHED:
             return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES, num_groups=groups,
                                      a_box_rows=batched_a_box_rows(heur_m, bm), gather_scales=True)
+        a_box = a_box or max(splits, workspace_splits) > 1  # (K splits: m-row boxes, as the heuristic takes them)
         a_box_rows = a_rows_per_stage(heur_m, bm) if a_box and kind == KernelType.NORMAL and mc == 1 else 0
         return build_sm90_config(heur_m, n, k, bm, bn, sms, mc, on_a, stages or MAX_STAGES,
-                                 full_grid=walks_groups(kind), cluster_k_splits=splits, a_box_rows=a_box_rows)
+                                 full_grid=walks_groups(kind), cluster_k_splits=splits, a_box_rows=a_box_rows,
+                                 workspace_k_splits=workspace_splits)
 
     def grid(bms, bns, max_stages):
         # Dense decode sizes (m <= 128) also try cluster K splits: those dividing the K blocks, one wave of clusters.
@@ -254,6 +262,13 @@ def _sm90_problem(family, values, bms, bns, skew) -> Problem:
                         for a_box in a_boxes:
                             try:
                                 out_cfgs.append(make_config(bm, bn, mc, on_a, stages, splits, a_box))
+                            except ValueError:
+                                continue
+                    # Workspace K splits: every CTA of the split tiles in one wave.
+                    for ws in split_counts if m <= 64 else []:
+                        if tiles * ws <= sms:
+                            try:
+                                out_cfgs.append(make_config(bm, bn, 1, True, stages, workspace_splits=ws))
                             except ValueError:
                                 continue
         return out_cfgs
@@ -574,8 +589,12 @@ def candidates(problem: Problem, args) -> list:
     if args.configs:
         cfgs = []
         for spec in args.configs:
+            *fields, workspace_splits = parse_config_spec(spec)
             try:
-                cfgs.append(problem.make_config(*parse_config_spec(spec)))
+                if workspace_splits > 1 and "workspace_splits" not in problem.make_config.__code__.co_varnames:
+                    raise ValueError("workspace K splits are a dense FP8 configuration")
+                cfgs.append(problem.make_config(*fields, **({"workspace_splits": workspace_splits}
+                                                            if workspace_splits > 1 else {})))
             except ValueError as e:
                 print(f"  skip {spec}: {e}")
     else:
@@ -592,7 +611,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bm", type=int, nargs="*", help="BLOCK_M values of the grid (default: per family)")
     p.add_argument("--bn", type=int, nargs="*", help="BLOCK_N values of the grid (default: per family)")
     p.add_argument("--max-stages", type=int, nargs="*", help="dense/contiguous/masked/psum: also these pipeline depths")
-    p.add_argument("--configs", nargs="*", help="BMxBN[:STAGES][:mcA|mcB|:ksS] to time instead of the grid")
+    p.add_argument("--configs", nargs="*", help="BMxBN[:STAGES][:mcA|mcB|:ksS|:wsS] to time instead of the grid")
     p.add_argument("--skew", action="store_true",
                    help="contiguous/masked/psum: skewed expert loads (bench.skewed_sizes)")
     p.add_argument("--full-a-box", action="store_true",

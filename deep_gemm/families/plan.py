@@ -41,6 +41,7 @@ class ParamBuffer:
         self.offsets: List[int] = []
         self.maps: List[tuple] = []
         self.ptrs: List[tuple] = []
+        self.workspace_patch = (-1, 0)  # (offset, bytes): see `workspace`
 
     def _append(self, name: str, kind: str, size: int = 0, align: int = 0) -> int:
         index = len(self.offsets)
@@ -74,6 +75,13 @@ class ParamBuffer:
         if tensor is not None:
             self.ptrs.append((offset, tensor, ptr_offset))
 
+    def workspace(self, name: str, nbytes: int) -> None:
+        """A pointer parameter that `_C` fills with the launch stream's workspace of at least `nbytes` bytes: owned
+        by the library (deep_gemm.runtime.stream_workspace), zero when first handed out, reused by every launch on
+        that stream (a kernel using it must leave any counters in it back at zero). One per launch."""
+        assert nbytes > 0 and self.workspace_patch[0] < 0, "one workspace of a positive size per launch"
+        self.workspace_patch = (self._append(name, POINTER), nbytes)
+
     def u32(self, name: str, value: int) -> None:
         struct.pack_into("<I", self._data, self._append(name, U32), value)
 
@@ -99,7 +107,7 @@ class ParamBuffer:
         missing = self._params[len(self.offsets):]
         assert not missing, f"kernel parameters never filled: {missing}"
         return (grid, block, smem, cluster, len(self._data), tuple(self.offsets), bytes(self._data),
-                tuple(self.maps), tuple(self.ptrs))
+                tuple(self.maps), tuple(self.ptrs), self.workspace_patch)
 
 
 def map_patch(offset: int, tensor: int, ptr_offset: int, element_size, dims: Sequence[int],

@@ -9,7 +9,7 @@ from .. import jit, log
 from ..envs import read_env
 from ..heuristics import GemmConfig, GemmProblem, KernelType, SwiGLU
 from ..heuristics.common import FP8Out, ceil_div, get_forced_config, has_group_row_ends
-from ..heuristics.sm90 import get_sm90_config, sm90_kernel_variants, variant_row_counts
+from ..heuristics.sm90 import WORKSPACE_COUNTER_BYTES, get_sm90_config, sm90_kernel_variants, variant_row_counts
 from ..jit.leader import is_compile_leader
 from ..jit.runtime import ensure_context
 from ..scale_layout import get_tma_aligned_size
@@ -27,7 +27,8 @@ FUNCTION = "deep_gemm::sm90::fp8_gemm_1d2d_impl"
 PARAMS = (("tensor_map_a", TENSOR_MAP), ("tensor_map_b", TENSOR_MAP), ("tensor_map_sa", TENSOR_MAP),
           ("tensor_map_d", TENSOR_MAP), ("sb", POINTER), ("shape_m", U32), ("grouped_layout", POINTER),
           ("num_groups", U32), ("d", POINTER), ("d_row_stride", U32), ("sa", POINTER), ("sa_group_stride", U32),
-          ("sa_row_stride", U32), ("sa_k_stride", U32), ("d_sf", POINTER), ("d_sf_stride", U32))
+          ("sa_row_stride", U32), ("sa_k_stride", U32), ("d_sf", POINTER), ("d_sf_stride", U32),
+          ("workspace", POINTER))
 _NAMES = {KernelType.NORMAL: "sm90_fp8_gemm_1d2d", KernelType.M_GROUPED_CONTIGUOUS: "sm90_fp8_gemm_1d2d_contiguous",
           KernelType.M_GROUPED_MASKED: "sm90_fp8_gemm_1d2d_masked",
           KernelType.M_GROUPED_PSUM: "sm90_fp8_gemm_1d2d_psum",
@@ -54,7 +55,8 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
                  kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
                  kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m,
                  kOneMBlock=config.a_box_rows > 0 and kind == KernelType.BATCHED,
-                 kClusterSplitsK=config.cluster_k_splits, kHeadSplitLeft=left, kHeadSplitMid=mid,
+                 kClusterSplitsK=config.cluster_k_splits, kWorkspaceSplitsK=config.workspace_k_splits,
+                 kHeadSplitLeft=left, kHeadSplitMid=mid,
                  kHeadSplitRight=right, kFP8Out=bool(fp8_out), kSwiGLU=isinstance(fp8_out, SwiGLU),
                  kActivationClampBits=fp8_out.clamp_bits if isinstance(fp8_out, SwiGLU) else 0)
     name = _NAMES[kind] + ("_skip_head_mid" if left + right else "") + \
@@ -234,7 +236,7 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
     params.pointer("sb", 3)
     params.u32("shape_m", shape_m)
     dense = kind == KernelType.NORMAL  # grouped_layout, num_groups, d, d_row_stride: unused by the dense GEMM
-    stores_rows = not dense or cfg.cluster_k_splits > 1  # (but its cluster K splits store D with plain stores)
+    stores_rows = not dense or cfg.k_splits > 1  # (but its K splits store D with plain stores)
     index_tensor = 6 if fp8_out else 5  # masked_m / m_indices / the psum ends follow D (and its scales)
     params.pointer("grouped_layout", index_tensor if len(tensors) > index_tensor else None)
     params.u32("num_groups", 0 if dense else num_groups)
@@ -251,11 +253,22 @@ def build_plan(kind: KernelType, tensors, num_sms: int, arch: str, expected_m: i
         params.u32("d_sf_stride", get_tma_aligned_size(shape_m, 4) if masked else tensors[5].stride(1))
     else:
         params.u32("d_sf_stride", 0)
+    if cfg.workspace_k_splits > 1:
+        params.workspace("workspace", workspace_split_bytes(n, cfg))
+    else:
+        params.pointer("workspace", None)
     launch = params.launch(cfg.num_sms, cfg.num_threads, cfg.smem_size, cfg.cluster_size)
     # TMA operands need 16-byte aligned addresses; SB, the index tensor and a gathered SA are read as plain arrays.
     align_masks = (15, 3 if kind == KernelType.BATCHED else 15, 15, 3, 15, 3, 3)[:len(tensors)]
     return make_plan(kernel.function, device_index, align_masks, [checks.extent_bytes(t) for t in tensors],
                      (4, 5) if fp8_out else (4,), (launch,))
+
+
+def workspace_split_bytes(n: int, cfg: GemmConfig) -> int:
+    """The workspace a call with workspace K splits needs (WorkspaceSplitEpilogue's kWorkspaceBytes): the counters'
+    region, then every split's FP32 partial tile of the call's A box rows."""
+    tiles = ceil_div(n, cfg.block_n)
+    return WORKSPACE_COUNTER_BYTES + tiles * cfg.workspace_k_splits * cfg.a_box_rows * cfg.block_n * 4
 
 
 def warmup_kernels(variant: str, shape: dict, ms: Optional[Iterable[int]], num_sms: int, arch: str,

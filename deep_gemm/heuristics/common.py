@@ -117,6 +117,15 @@ class GemmConfig:
     # CTAs of a cluster that take one output tile together, each one contiguous range of K, and add their partial
     # tiles up in shared memory (the BF16 GEMM's dense decode sizes); 1: none.
     cluster_k_splits: int = 1
+    # CTAs (not in a cluster) that take one output tile together, each one contiguous range of K; the last to finish
+    # adds the partial tiles up, in split order, through the library's per-stream workspace (dense decode calls of one
+    # M block whose tiles x splits fill the SMs: clusters of that many CTAs would not all fit at once); 1: none.
+    workspace_k_splits: int = 1
+
+    @property
+    def k_splits(self) -> int:
+        """CTAs per output tile (each one contiguous range of K), in a cluster or through the workspace."""
+        return max(self.cluster_k_splits, self.workspace_k_splits)
 
     @property
     def cluster_size(self) -> int:
@@ -126,6 +135,12 @@ class GemmConfig:
     def __post_init__(self):
         if not 1 <= self.cluster_k_splits <= 8 or (self.cluster_k_splits > 1 and self.num_multicast > 1):
             raise ValueError(f"cluster_k_splits must be 1-8 without multicast, got {self.cluster_k_splits}")
+        if not 1 <= self.workspace_k_splits <= 16 or (self.workspace_k_splits > 1 and (
+                self.cluster_size > 1 or not 0 < self.a_box_rows < self.block_m)):
+            raise ValueError(f"workspace_k_splits must be 1-16, for dense tiles of one M block (a_box_rows < "
+                             f"block_m) without a cluster, got {self.workspace_k_splits}")
+        if self.num_sms % self.k_splits != 0:
+            raise ValueError("the grid must be a multiple of the CTAs per tile")
         if self.num_sms % self.cluster_size != 0:
             raise ValueError("the grid must be a multiple of the cluster size")
         if self.a_box_rows and (self.a_box_rows % 8 or self.a_box_rows > self.block_m):

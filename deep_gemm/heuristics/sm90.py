@@ -46,12 +46,15 @@ def swizzle_d_bytes(block_n: int) -> int:
 
 
 def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, gather_scales: bool = False,
-                   cluster_k_splits: int = 1, paired_scales: bool = False) -> int:
+                   cluster_k_splits: int = 1, paired_scales: bool = False, workspace_k_splits: int = 1) -> int:
     """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality);
     `gather_scales`: the kernel's kGatherScales (the batched GEMM); `cluster_k_splits` > 1: the D region holds the
-    FP32 partial tile and two barriers; `paired_scales`: the SwiGLU GEMM, two RHS scale blocks per tile."""
+    FP32 partial tile and two barriers; `workspace_k_splits` > 1: there is no D region (D is stored from the
+    registers); `paired_scales`: the SwiGLU GEMM, two RHS scale blocks per tile."""
     num_k_blocks = ceil_div(k, BLOCK_K)
     d = align(block_m * block_n * 4 + 16, 1024) if cluster_k_splits > 1 else align(block_m * block_n * 2, 1024)
+    if workspace_k_splits > 1:
+        d = 0
     if paired_scales:  # SwiGLUFP8Epilogue: [block_m][64 B] e4m3, a float2 per quad and sub-tile, 2 barriers per WG
         wgs = num_math_threads(block_m) // 128
         d = align(block_m * 64 + block_m // (64 * wgs) * (wgs * 32) * 8 + 2 * wgs * 8, 1024)
@@ -346,26 +349,40 @@ def batched_a_box_rows(m: int, block_m: int) -> int:
     return rows if rows <= block_m else 0
 
 
+# The leading bytes of a K-split workspace that hold counters (epilogue.cuh kWorkspaceCounterBytes).
+WORKSPACE_COUNTER_BYTES = 65536
+
+
 def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sms: int, num_multicast: int = 1,
                       multicast_on_a: bool = True, max_stages: int = MAX_STAGES,
                       full_grid: bool = False, num_groups: int = 1, a_box_rows: int = 0,
                       gather_scales: bool = False, cluster_k_splits: int = 1,
-                      paired_scales: bool = False) -> GemmConfig:
+                      paired_scales: bool = False, workspace_k_splits: int = 1) -> GemmConfig:
     """The full configuration for chosen blocks and multicast: deepest pipeline that fits, smallest grid that keeps
     the number of waves (or every SM with `full_grid`, for masked launches whose tile count only the device
     knows). `num_groups`: batches of a batched GEMM, whose tiles repeat per batch; `a_box_rows`: see GemmConfig;
     `gather_scales`: the kernel gathers its scales per stage (the batched GEMM); `cluster_k_splits` CTAs of a
     cluster per dense tile, each K blocks / splits of them (a divisor; see decode_split). Also used by tools/ to
-    time configurations the heuristic did not pick. `paired_scales`: the SwiGLU GEMM (sm90_smem_size)."""
+    time configurations the heuristic did not pick. `paired_scales`: the SwiGLU GEMM (sm90_smem_size).
+    `workspace_k_splits` CTAs per dense tile of one M block (m <= a_box_rows < block_m), not in a cluster, adding
+    their partial tiles up through the library's workspace (GemmConfig.workspace_k_splits)."""
     if a_box_rows and num_multicast > 1 and not gather_scales:
         raise ValueError("a dense GEMM loads fewer A rows per stage only without multicast")
-    splits = cluster_k_splits
+    if cluster_k_splits > 1 and workspace_k_splits > 1:
+        raise ValueError("K splits go over a cluster or through the workspace, not both")
+    splits = max(cluster_k_splits, workspace_k_splits)
     if splits > 1 and (num_multicast > 1 or num_groups > 1 or gather_scales or full_grid or num_sms < splits or
                        ceil_div(k, BLOCK_K) % splits):
-        raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs without multicast whose "
+        raise ValueError(f"K splits ({splits}) are for dense GEMMs without multicast whose "
                          f"{ceil_div(k, BLOCK_K)} K blocks they divide")
+    if workspace_k_splits > 1 and not (0 < a_box_rows < block_m and m <= a_box_rows):
+        raise ValueError(f"workspace K splits are for dense calls of one M block: m = {m}, a_box_rows = {a_box_rows}")
+    if workspace_k_splits > 1 and ceil_div(n, block_n) * num_math_threads(block_m) // 32 * 4 > WORKSPACE_COUNTER_BYTES:
+        raise ValueError(f"workspace K splits count per tile and warp in {WORKSPACE_COUNTER_BYTES} bytes: "
+                         f"{ceil_div(n, block_n)} tiles are too many")
     stages = next((s for s in range(max_stages, 0, -1)
-                   if sm90_smem_size(k, block_m, block_n, s, gather_scales, splits, paired_scales) <= SMEM_BUDGET), 0)
+                   if sm90_smem_size(k, block_m, block_n, s, gather_scales, cluster_k_splits, paired_scales,
+                                     workspace_k_splits) <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
     m_blocks = ceil_div(m, block_m)
@@ -375,9 +392,9 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
     waves = num_waves(tiles, num_sms)
     grid = num_sms // num_multicast * num_multicast if full_grid else \
         min(num_sms, min_sms_for_waves(tiles, waves, num_multicast))
-    if splits > 1:  # clusters of `splits` CTAs, each cluster one tile at a time
-        clusters = num_sms // splits
-        grid = min(clusters, min_sms_for_waves(tiles, num_waves(tiles, clusters), 1)) * splits
+    if splits > 1:  # groups of `splits` CTAs (clusters or not), each group one tile at a time
+        groups = num_sms // splits
+        grid = min(groups, min_sms_for_waves(tiles, num_waves(tiles, groups), 1)) * splits
     if grid % num_multicast != 0:  # cannot happen with an even SM count, kept as a guard
         if paired_scales:
             raise ValueError(f"the SwiGLU GEMM needs clusters of two CTAs: {num_sms} SMs give an odd grid")
@@ -385,8 +402,10 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
                       num_multicast=num_multicast, multicast_on_a=multicast_on_a,
                       swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
-                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales, splits, paired_scales),
-                      num_threads=num_math_threads(block_m) + 128, a_box_rows=a_box_rows, cluster_k_splits=splits)
+                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales, cluster_k_splits,
+                                               paired_scales, workspace_k_splits),
+                      num_threads=num_math_threads(block_m) + 128, a_box_rows=a_box_rows,
+                      cluster_k_splits=cluster_k_splits, workspace_k_splits=workspace_k_splits)
 
 
 def _swiglu_config(m: int, n: int, k: int, sms: int, kind: KernelType) -> GemmConfig:
@@ -433,7 +452,7 @@ def kernel_key(config: GemmConfig) -> Tuple:
     """What makes two configs the same compiled kernel (everything but the grid size)."""
     return (config.block_m, config.block_n, config.num_stages, config.num_multicast,
             config.multicast_on_a if config.num_multicast > 1 else True, config.swizzle_d_bytes, config.smem_size,
-            config.a_box_rows, config.cluster_k_splits)
+            config.a_box_rows, config.cluster_k_splits, config.workspace_k_splits)
 
 
 @functools.lru_cache(maxsize=1024)

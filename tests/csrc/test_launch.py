@@ -119,21 +119,27 @@ def test_unknown_op_is_refused():
         _C.call("dense")
 
 
-def _launch_tuple(buffer_size=64, offsets=(0,), maps=(), ptrs=()):
-    return (1, 128, 0, 1, buffer_size, offsets, b"\0" * buffer_size, maps, ptrs)
+def _launch_tuple(buffer_size=64, offsets=(0,), maps=(), ptrs=(), workspace=(-1, 0)):
+    return (1, 128, 0, 1, buffer_size, offsets, b"\0" * buffer_size, maps, ptrs, workspace)
 
 
 def test_make_plan_checks_what_it_is_given():
     good = _launch_tuple(256, (0, 128), ptrs=((128, 1, 0),))
     plan = _C.make_plan(0, 0, 0, (15, 3), (64, 64), (1,), (good,))
     assert type(plan).__name__ == "PyCapsule"
+    with_workspace = _launch_tuple(256, (0, 8), workspace=(8, 4096))
+    assert type(_C.make_plan(0, 0, 0, (15, 3), (64, 64), (1,), (with_workspace,))).__name__ == "PyCapsule"
     bad_cases = [
         _launch_tuple(256, (300,)),                                   # argument outside the buffer
         _launch_tuple(256, (0,), ptrs=((4, 0, 0),)),                  # pointer not 8-byte aligned
         _launch_tuple(256, (0,), ptrs=((0, 5, 0),)),                  # tensor index out of range
         _launch_tuple(256, (0,), maps=((64, 0, 0, 0, (16, 16), (16,), (16, 16), 0, 0),)),  # map not 128-aligned
         _launch_tuple(256, (0,), maps=((0, 0, 0, 0, (16, 16), (), (16, 16), 0, 0),)),      # strides of rank 2
-        (1, 128, 0, 1, 64, (0,), b"\0" * 8, (), ()),                   # init bytes shorter than the buffer
+        (1, 128, 0, 1, 64, (0,), b"\0" * 8, (), (), (-1, 0)),          # init bytes shorter than the buffer
+        _launch_tuple(256, (0,))[:9],                                 # no workspace entry
+        _launch_tuple(256, (0,), workspace=(252, 64)),                # workspace pointer outside the buffer
+        _launch_tuple(256, (0,), workspace=(12, 64)),                 # ... not 8-byte aligned
+        _launch_tuple(256, (0,), workspace=(8, 0)),                   # ... of no size
     ]
     for launch in bad_cases:
         with pytest.raises(ValueError, match="plan"):
@@ -161,7 +167,8 @@ def test_param_buffer_follows_the_kernel_abi():
         p.tensor_map(f"map_{i}", tensor, 1, (256, 128), (256,), (128, 64), 128)
     p.pointer("sb", 3), p.u32("shape_m", 7), p.pointer("grouped", 5), p.u32("groups", 2), p.pointer("d", 4)
     p.u32("d_stride", 4096)
-    grid, block, smem, cluster, size, offsets, init, maps, ptrs = p.launch(132, 384, 1000, 2)
+    grid, block, smem, cluster, size, offsets, init, maps, ptrs, workspace = p.launch(132, 384, 1000, 2)
+    assert workspace == (-1, 0)
     assert offsets == (0, 128, 256, 384, 512, 520, 528, 536, 544, 552) and size == 556
     assert init[520:524] == (7).to_bytes(4, "little") and init[552:556] == (4096).to_bytes(4, "little")
     assert [m[:3] for m in maps] == [(0, 0, 0), (128, 2, 0), (256, 1, 0), (384, 4, 0)]
@@ -184,6 +191,10 @@ def test_param_buffer_refuses_what_the_declaration_does_not_say():
     p.u32("n", 3)
     with pytest.raises(AssertionError, match="declaration has nothing"):
         p.u32("extra", 1)
+    w = ParamBuffer([("n", U32), ("workspace", POINTER)])
+    w.u32("n", 1)
+    w.workspace("workspace", 4096)  # filled by _C per launch with the stream's workspace
+    assert w.launch(1, 1, 0, 1)[9] == (8, 4096) and w.ptrs == []
 
 
 def test_cuda_abi_matches_cuda_h(tmp_path):

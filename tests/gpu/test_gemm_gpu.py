@@ -274,6 +274,74 @@ def test_cluster_k_splits(m, n, k, block_m, block_n, splits):
         run_and_check(m, n, k, seed=splits)
 
 
+# Workspace K splits of the dense FP8 kernel (forced here; the heuristic's picks below): the last CTA of a tile adds
+# the partial tiles up through the stream's workspace. Several tiles per CTA (7168 / 32 tiles x 2 > 132), 7 splits,
+# odd n, k not a multiple of 128, m = 1 / 3 / 7 / 33 / 56; run_and_check's reference, guard bands and bitwise rerun
+# (which also fails if a counter was left non-zero), and bitwise equal to cluster K splits of the same tile and
+# count (the same sums in the same order).
+@pytest.mark.parametrize("m,n,k,block_n,splits", [
+    (1, 2112, 7168, 32, 2), (1, 2112, 7168, 64, 4), (7, 2112, 7168, 64, 7), (33, 4096, 7168, 64, 2),
+    (56, 576, 7168, 16, 8), (3, 250, 1000, 64, 8), (1, 7168, 2048, 32, 2), (16, 256, 512, 16, 4)])
+def test_workspace_k_splits(m, n, k, block_n, splits):
+    from deep_gemm.heuristics.sm90 import build_sm90_config
+    from deep_gemm.testing import forced_config
+    sms = deep_gemm.get_num_sms()
+    rows = (m + 7) // 8 * 8  # A boxes of the call's rows (one M block)
+    lhs, rhs, _, _ = make_inputs(m, n, k, seed=splits)
+    outs = []
+    for config in (build_sm90_config(m, n, k, 64, block_n, sms, a_box_rows=rows, workspace_k_splits=splits),
+                   build_sm90_config(m, n, k, 64, block_n, sms, a_box_rows=rows, cluster_k_splits=splits)):
+        with forced_config(config):
+            run_and_check(m, n, k, seed=splits)
+            out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+            deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+            outs.append(out)
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+
+
+def test_workspace_k_splits_in_graphs_and_streams():
+    """Workspace K splits captured in two CUDA graphs (each with its own workspace) replayed at once on two streams,
+    and eager calls on two streams at once: every result equal to the eager one on the default stream."""
+    from deep_gemm.heuristics.sm90 import build_sm90_config
+    from deep_gemm.testing import forced_config
+    m, n, k = 4, 2112, 7168
+    config = build_sm90_config(m, n, k, 64, 32, deep_gemm.get_num_sms(), a_box_rows=8, workspace_k_splits=2)
+    inputs = [make_inputs(m, n, k, seed) for seed in (51, 52)]
+    with forced_config(config):
+        expected = []
+        for lhs, rhs, ref, _ in inputs:
+            out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+            deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+            assert calc_diff(out, ref) < 1e-5
+            expected.append(out)
+        outs = [torch.empty((m, n), device="cuda", dtype=torch.bfloat16) for _ in inputs]
+        graphs = [torch.cuda.CUDAGraph() for _ in inputs]
+        for graph, (lhs, rhs, _, _), out in zip(graphs, inputs, outs):
+            with torch.cuda.graph(graph):
+                for _ in range(8):
+                    deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+        streams = [torch.cuda.Stream() for _ in inputs]
+        torch.cuda.synchronize()
+        for _ in range(3):
+            for out in outs:
+                out.fill_(float("nan"))
+            torch.cuda.synchronize()
+            for graph, stream in zip(graphs, streams):
+                with torch.cuda.stream(stream):
+                    graph.replay()
+            torch.cuda.synchronize()
+            for out, want in zip(outs, expected):
+                assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+        for _ in range(3):
+            for (lhs, rhs, _, _), out, stream in zip(inputs, outs, streams):
+                with torch.cuda.stream(stream):
+                    for _ in range(8):
+                        deep_gemm.gemm_fp8_fp8_bf16_nt(lhs, rhs, out)
+            torch.cuda.synchronize()
+            for out, want in zip(outs, expected):
+                assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+
+
 # The heuristic's own cluster K splits (decode_split: m <= 32, few weight columns), checked through the picked plan
 # (tests/heuristics/test_sm90.py checks the picks on the CPU): run_and_check's reference, guard bands, bitwise rerun.
 @pytest.mark.parametrize("m,n,k", [(1, 576, 7168), (16, 576, 7168), (1, 256, 7168), (7, 576, 7168), (3, 200, 7168),

@@ -41,7 +41,7 @@ def test_no_sys_path_edits():
 
 @pytest.mark.parametrize("argv,message", [
     (["tune", "--family", "masked", "4x256"], "expected G:m:n:k for --family masked"),
-    (["tune", "--family", "dense", "1x2x3", "--configs", "128"], "expected BMxBN[:STAGES][:mcA|mcB|:ksS]"),
+    (["tune", "--family", "dense", "1x2x3", "--configs", "128"], "expected BMxBN[:STAGES][:mcA|mcB|:ksS|:wsS]"),
     (["profile_case", "--family", "k_grouped", "1x2x3"], "expected MxNxK:G"),
     (["gpu_check"], "OUTDIR: required"),
 ])
@@ -53,11 +53,12 @@ def test_bad_arguments_exit_with_one_line(argv, message):
 
 def test_config_specs():
     from tools.tune import parse_case, parse_config_spec
-    assert parse_config_spec("128x160") == (128, 160, 1, True, 0, 1)
-    assert parse_config_spec("256x128:6:mcB") == (256, 128, 2, False, 6, 1)
-    assert parse_config_spec("64x96:ks4") == (64, 96, 1, True, 0, 4)
+    assert parse_config_spec("128x160") == (128, 160, 1, True, 0, 1, 1)
+    assert parse_config_spec("256x128:6:mcB") == (256, 128, 2, False, 6, 1, 1)
+    assert parse_config_spec("64x32:ws4") == (64, 32, 1, True, 0, 1, 4)
+    assert parse_config_spec("64x96:ks4") == (64, 96, 1, True, 0, 4, 1)
     assert parse_case("bf16", "1x2112x7168") == [1, 2112, 7168]
-    for bad in ("64x96:ks4:mcA", "64x96:ksx", "64x96:6:7"):
+    for bad in ("64x96:ks4:mcA", "64x96:ksx", "64x96:6:7", "64x96:ks2:ws2"):
         with pytest.raises(ValueError, match="expected BMxBN"):
             parse_config_spec(bad)
     assert parse_case("k_grouped", "7168x4096x512:8") == [7168, 4096, 512, 8]

@@ -156,6 +156,24 @@ __device__ __forceinline__ void cp_async_4b(uint32_t smem_addr, const void* src)
     asm volatile("{ cp.async.ca.shared.global [%0], [%1], 4; }" :: "r"(smem_addr), "l"(src));
 }
 
+// Global-memory accesses of the workspace K splits (sm90 WorkspaceSplitEpilogue): a float2 store, a relaxed
+// GPU-scope float2 load (never a stale L1 line), and an acquire-release GPU-scope add that returns the old value.
+__device__ __forceinline__ void st_global_v2_f32(float* ptr, float x, float y) {
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};" :: "l"(ptr), "f"(x), "f"(y) : "memory");
+}
+
+__device__ __forceinline__ float2 ld_relaxed_gpu_v2_f32(const float* ptr) {
+    float2 v;
+    asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(ptr) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ uint32_t atom_add_acq_rel_gpu_u32(uint32_t* ptr, uint32_t value) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(ptr), "r"(value) : "memory");
+    return old;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));

@@ -461,6 +461,47 @@ struct ClusterEpilogue<Epilogue, decltype(void(Epilogue::kClusterCtas))> {
     __device__ __forceinline__ static void init(uint8_t* smem_d) { Epilogue::init(smem_d); }
 };
 
+// A K split's total of one accumulator pair: D[row][col, col + 1] (+)= v, columns >= shape_n skipped (`row_stride`
+// in elements).
+template <bool kFP32, bool kAdd>
+__device__ __forceinline__ void store_split_pair(uint8_t* d, uint32_t row_stride, uint32_t row, uint32_t col,
+                                                  uint32_t shape_n, float2 v) {
+    const uint64_t offset = static_cast<uint64_t>(row) * row_stride + col;
+    if constexpr (kFP32) {
+        float* dst = reinterpret_cast<float*>(d) + offset;
+        if (col + 1 < shape_n and offset % 2 == 0) {
+            float2 out = v;
+            if constexpr (kAdd) {
+                const float2 old = *reinterpret_cast<const float2*>(dst);
+                out = make_float2(old.x + v.x, old.y + v.y);
+            }
+            *reinterpret_cast<float2*>(dst) = out;
+        } else {
+            if (col < shape_n)
+                dst[0] = kAdd ? dst[0] + v.x : v.x;
+            if (col + 1 < shape_n)
+                dst[1] = kAdd ? dst[1] + v.y : v.y;
+        }
+    } else {
+        auto* dst = reinterpret_cast<uint16_t*>(d) + offset;  // BF16 bits
+        if constexpr (kAdd) {
+            if (col < shape_n)
+                v.x += bf16_bits_to_float(dst[0]);
+            if (col + 1 < shape_n)
+                v.y += bf16_bits_to_float(dst[1]);
+        }
+        const uint32_t packed = pack_bf16x2(v.x, v.y);
+        if (col + 1 < shape_n and offset % 2 == 0) {
+            *reinterpret_cast<uint32_t*>(dst) = packed;
+        } else {
+            if (col < shape_n)
+                dst[0] = static_cast<uint16_t>(packed & 0xffff);
+            if (col + 1 < shape_n)
+                dst[1] = static_cast<uint16_t>(packed >> 16);
+        }
+    }
+}
+
 // K splits over a cluster (dense GEMMs too small to give every SM an output tile): the kSplits CTAs of a cluster
 // compute one output tile, each over its own contiguous range of K (KSplits; split = cluster rank). Every CTA writes
 // its FP32 accumulators into its own shared memory; then each CTA adds up a share of the tile's accumulator pairs
@@ -549,46 +590,96 @@ struct ClusterSplitEpilogue {
             uint32_t row, col;
             wg.pair_position(j, row, col);
             if (row_base + row < shape_m)
-                store_pair(d, row_stride, row_base + row, col_base + col, shape_n, sum);
+                store_split_pair<kFP32, kAdd>(d, row_stride, row_base + row, col_base + col, shape_n, sum);
         });
     }
+};
 
-    // D[row][col, col + 1] (+)= v, columns >= shape_n skipped (`row_stride` in elements).
-    __device__ __forceinline__ static void store_pair(uint8_t* d, uint32_t row_stride, uint32_t row, uint32_t col,
-                                                      uint32_t shape_n, float2 v) {
-        const uint64_t offset = static_cast<uint64_t>(row) * row_stride + col;
-        if constexpr (kFP32) {
-            float* dst = reinterpret_cast<float*>(d) + offset;
-            if (col + 1 < shape_n and offset % 2 == 0) {
-                float2 out = v;
-                if constexpr (kAdd) {
-                    const float2 old = *reinterpret_cast<const float2*>(dst);
-                    out = make_float2(old.x + v.x, old.y + v.y);
-                }
-                *reinterpret_cast<float2*>(dst) = out;
-            } else {
-                if (col < shape_n)
-                    dst[0] = kAdd ? dst[0] + v.x : v.x;
-                if (col + 1 < shape_n)
-                    dst[1] = kAdd ? dst[1] + v.y : v.y;
+
+// The leading bytes of a K-split workspace that hold counters (zero between launches); the rest is scratch.
+// (heuristics/sm90.py WORKSPACE_COUNTER_BYTES)
+constexpr uint32_t kWorkspaceCounterBytes = 65536;
+
+// K splits over independent CTAs, through the library's workspace (dense decode GEMMs whose tiles x splits fill the
+// SMs, where clusters of that many CTAs would not all fit at once): the kSplits consecutive CTAs of a tile each take
+// their own contiguous range of K (split = blockIdx.x % kSplits, as ClusterSplitEpilogue's rank) and write the FP32
+// partial sums of their valid rows into their slot of the workspace. Per math warp, the last split to arrive (one
+// counter per tile and warp) adds up every slot in split order, its own from its registers, so the result never
+// depends on which CTA came last (bitwise reproducible); it writes D and puts the counter back to zero for the next
+// launch. No cluster, no CTA waits for another, no extra launch. Dense tiles of one M block only (shape_m <=
+// kRows, the host's A box rows).
+// Workspace (one per stream, owned by the library; csrc/launch.cpp): kWorkspaceCounterBytes of u32 counters, zero
+// between launches ([kNumTiles][kNumWarps] of them used), then [kNumTiles][kSplits][kRows][BLOCK_N] FP32 partial
+// tiles. NOTES: the counters' region is the same for every geometry: where it grew with the tile count, a launch with
+// more tiles found the previous one's partial sums in its counters (GPU test: tiles never written).
+template <uint32_t kSplits, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kRows, uint32_t kNumTiles,
+          uint32_t kNumMathThreads>
+struct WorkspaceSplitEpilogue {
+    DG_STATIC_ASSERT(kSplits >= 2, "a workspace split needs two or more CTAs per tile");
+    DG_STATIC_ASSERT(kNumTiles * kNumMathThreads / 32 * 4 <= kWorkspaceCounterBytes, "too many tiles for the counters");
+    DG_STATIC_ASSERT(kRows % 8 == 0 and kRows <= BLOCK_M, "one M block: at most BLOCK_M rows, a multiple of 8");
+    static constexpr uint32_t kNumWarps = kNumMathThreads / 32;
+    static constexpr uint32_t kNumPairs = BLOCK_M * BLOCK_N / kNumMathThreads / 2;  // accumulator pairs per thread
+    static constexpr uint32_t kWorkspaceBytes = kWorkspaceCounterBytes + kNumTiles * kSplits * kRows * BLOCK_N * 4;
+
+    template <uint32_t kNumMathWGs>
+    static constexpr uint32_t smem_d_bytes() {
+        return 0;  // D is written from the registers
+    }
+
+    uint8_t* workspace;
+
+    __device__ __forceinline__ explicit WorkspaceSplitEpilogue(uint8_t* workspace_) : workspace(workspace_) {}
+
+    // Every math thread, once per tile, with its accumulators `acc` of tile `tile_idx` (< kNumTiles, at D's
+    // (row_base, col_base)); rows >= shape_m and columns >= shape_n are not written.
+    template <typename MathWarpgroup>
+    __device__ __forceinline__ void reduce_to_d(const float* acc, const MathWarpgroup& wg, uint32_t tile_idx,
+                                                uint32_t row_base, uint32_t col_base, uint32_t shape_m,
+                                                uint32_t shape_n, uint8_t* d, uint32_t row_stride) const {
+        const uint32_t warp = threadIdx.x / 32, lane = wg.lane_idx;
+        const uint32_t split = blockIdx.x % kSplits;
+        uint32_t row, col;
+        wg.pair_position(0, row, col);
+        // A warp's rows are 16 consecutive ones from its first: a warp with none below shape_m takes no part (the
+        // same warps in every split).
+        if (row_base + row - row % 16 >= shape_m)
+            return;
+        auto* counter = reinterpret_cast<uint32_t*>(workspace) + tile_idx * kNumWarps + warp;
+        auto* slots = reinterpret_cast<float*>(workspace + kWorkspaceCounterBytes) +
+                      static_cast<uint64_t>(tile_idx) * kSplits * kRows * BLOCK_N;
+        #pragma unroll
+        for (uint32_t j = 0; j < kNumPairs; ++j) {
+            wg.pair_position(j, row, col);
+            if (row_base + row < shape_m)
+                st_global_v2_f32(slots + (split * kRows + row) * BLOCK_N + col, acc[2 * j], acc[2 * j + 1]);
+        }
+        // Release this warp's partial sums, then count them in; the last split acquires everyone's.
+        __threadfence();
+        __syncwarp();
+        uint32_t last = 0;
+        if (lane == 0) {
+            last = atom_add_acq_rel_gpu_u32(counter, 1) == kSplits - 1;
+            if (last)
+                *counter = 0;  // every split has arrived: nothing else touches it in this launch
+        }
+        if (not __shfl_sync(0xffffffffu, last, 0))
+            return;
+        __threadfence();
+        #pragma unroll
+        for (uint32_t j = 0; j < kNumPairs; ++j) {
+            wg.pair_position(j, row, col);
+            if (row_base + row >= shape_m)
+                continue;
+            float2 sum = make_float2(0.0f, 0.0f);
+            #pragma unroll
+            for (uint32_t s = 0; s < kSplits; ++s) {
+                const float2 v = s == split ? make_float2(acc[2 * j], acc[2 * j + 1])
+                                            : ld_relaxed_gpu_v2_f32(slots + (s * kRows + row) * BLOCK_N + col);
+                sum.x = s == 0 ? v.x : sum.x + v.x;
+                sum.y = s == 0 ? v.y : sum.y + v.y;
             }
-        } else {
-            auto* dst = reinterpret_cast<uint16_t*>(d) + offset;  // BF16 bits
-            if constexpr (kAdd) {
-                if (col < shape_n)
-                    v.x += bf16_bits_to_float(dst[0]);
-                if (col + 1 < shape_n)
-                    v.y += bf16_bits_to_float(dst[1]);
-            }
-            const uint32_t packed = pack_bf16x2(v.x, v.y);
-            if (col + 1 < shape_n and offset % 2 == 0) {
-                *reinterpret_cast<uint32_t*>(dst) = packed;
-            } else {
-                if (col < shape_n)
-                    dst[0] = static_cast<uint16_t>(packed & 0xffff);
-                if (col + 1 < shape_n)
-                    dst[1] = static_cast<uint16_t>(packed >> 16);
-            }
+            store_split_pair<false, false>(d, row_stride, row_base + row, col_base + col, shape_n, sum);
         }
     }
 };

@@ -8,9 +8,10 @@
 // One kernel family for the dense GEMM and the two MoE grouped layouts (see GemmType in common/scheduler.cuh):
 // the grouped types differ only in how tiles map to rows of A/D, to an expert's B/SB, and in what the epilogue
 // may write.
-// Dense decode-sized GEMMs may cut K over a cluster of Config::kClusterSplitsK = S > 1 CTAs (as the BF16 kernel):
-// the S CTAs take the same tile, each K blocks / S consecutive K blocks (S divides them), and add their promoted FP32
-// tiles up in shared memory in split order (ClusterSplitEpilogue, epilogue.cuh).
+// Dense decode-sized GEMMs may cut K into S splits: S consecutive CTAs take the same tile, each K blocks / S
+// consecutive K blocks (S divides them), and their promoted FP32 tiles are added up in split order, either over a
+// cluster in shared memory (Config::kClusterSplitsK = S, ClusterSplitEpilogue, as the BF16 kernel) or through the
+// library's workspace by the last CTA to finish (Config::kWorkspaceSplitsK = S, WorkspaceSplitEpilogue).
 
 #include <deep_gemm/common/scheduler.cuh>
 #include <deep_gemm/common/utils.cuh>
@@ -27,15 +28,16 @@ namespace deep_gemm::sm90 {
 
 // Shared-memory bytes of one instantiation; the host computes the same number (heuristics/sm90.py) and passes it
 // as kSmemSize, and the kernel static-asserts that the two agree.
-// With cluster K splits the D region holds the FP32 partial tile and its two barriers instead; the SwiGLU GEMM's
-// (kPairedScales) holds SwiGLUFP8Epilogue's e4m3 tile, amaxes and barriers.
+// With cluster K splits the D region holds the FP32 partial tile and its two barriers instead; with workspace K
+// splits there is none; the SwiGLU GEMM's (kPairedScales) holds SwiGLUFP8Epilogue's e4m3 tile, amaxes and barriers.
 template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales,
-          uint32_t kClusterSplits = 1, bool kPairedScales = false>
+          uint32_t kClusterSplits = 1, bool kPairedScales = false, uint32_t kWorkspaceSplits = 1>
 constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t d =
         kPairedScales ? SwiGLUFP8Epilogue<BLOCK_M, num_math_threads<BLOCK_M>()>::template smem_d_bytes<0>()
-                      : align_up<uint32_t>(BLOCK_M * BLOCK_N * (kClusterSplits > 1 ? 4 : 2) +
-                                               (kClusterSplits > 1 ? 16 : 0), 1024);
+        : kWorkspaceSplits > 1 ? 0u
+                               : align_up<uint32_t>(BLOCK_M * BLOCK_N * (kClusterSplits > 1 ? 4 : 2) +
+                                                        (kClusterSplits > 1 ? 16 : 0), 1024);
     constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
     return d + kNumStages * stage +
            fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales, kPairedScales>() +
@@ -283,7 +285,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                    const uint32_t sa_row_stride,        // numbered across groups: dense, contiguous, psum)
                    const uint32_t sa_k_stride,
                    float* __restrict__ d_sf,             // kFP8Out: D's scales, MN-major (per group if masked)
-                   const uint32_t d_sf_stride) {
+                   const uint32_t d_sf_stride,
+                   uint8_t* __restrict__ workspace) {    // kWorkspaceSplitsK > 1: the stream's split workspace
 #if defined(__CUDA_ARCH__)
     // ---- Compile-time shape and the composition: FP8 operands, per-128-K promotion, BF16 epilogue ----
     constexpr GemmType kGemmType = Config::kGemmType;
@@ -297,15 +300,22 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     constexpr bool kGatherScales = Config::kGatherScales;
     constexpr uint32_t kClusterSplits = Config::kClusterSplitsK;
     constexpr bool kSplitsInCluster = kClusterSplits > 1;
+    constexpr bool kSplitsInWorkspace = Config::kWorkspaceSplitsK > 1;
+    constexpr uint32_t kSplits = kSplitsInWorkspace ? Config::kWorkspaceSplitsK : kClusterSplits;  // CTAs per tile
     using Promotion = FP8BlockPromotion<Config>;
     constexpr uint32_t kNumKBlocks = Promotion::kNumKBlocks;
-    constexpr uint32_t kSplitKBlocks = kNumKBlocks / kClusterSplits;  // K blocks per cluster split
+    constexpr uint32_t kSplitKBlocks = kNumKBlocks / kSplits;  // K blocks per split
     using TileEpilogue = BF16Epilogue<BLOCK_M, BLOCK_N, Config::kSwizzleDBytes>;
     using SplitEpilogue = ClusterSplitEpilogue<kClusterSplits < 2 ? 2 : kClusterSplits, BLOCK_M, BLOCK_N,
                                                num_math_threads<BLOCK_M>(), false, false>;
+    using WorkspaceEpilogue = WorkspaceSplitEpilogue<kSplitsInWorkspace ? kSplits : 2, BLOCK_M, BLOCK_N,
+                                                     Config::kLoadRowsA, ceil_div(SHAPE_N, BLOCK_N),
+                                                     num_math_threads<BLOCK_M>()>;
     using SwiGLU = SwiGLUFP8Epilogue<BLOCK_M, num_math_threads<BLOCK_M>()>;
-    using Epilogue = typename Conditional<kSplitsInCluster, SplitEpilogue,
-                                          typename Conditional<Config::kSwiGLU, SwiGLU, TileEpilogue>::Type>::Type;
+    using Epilogue = typename Conditional<
+        kSplitsInCluster, SplitEpilogue,
+        typename Conditional<kSplitsInWorkspace, WorkspaceEpilogue,
+                             typename Conditional<Config::kSwiGLU, SwiGLU, TileEpilogue>::Type>::Type>::Type;
     using Shell = KernelShell<Config, FP8E4M3Operands, Promotion, Epilogue>;
     using KLoop = PromotedKLoop<Shell, Promotion, kSplitKBlocks>;
     constexpr uint32_t kNumSubTiles = Shell::kNumSubTiles;
@@ -330,7 +340,8 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
     DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales,
-                                                              kClusterSplits, Config::kSwiGLU>()),
+                                                              kClusterSplits, Config::kSwiGLU,
+                                                              Config::kWorkspaceSplitsK>()),
                      "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
     DG_STATIC_ASSERT(not Shell::kMulticastA or ceil_div(SHAPE_N, BLOCK_N) % 2 == 0,
@@ -356,6 +367,12 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     DG_STATIC_ASSERT(not kSplitsInCluster or (kGemmType == GemmType::Normal and kNumMulticast == 1 and
                                               kNumKBlocks % kClusterSplits == 0),
                      "cluster K splits: dense GEMMs without multicast, the split count dividing the K blocks");
+    DG_STATIC_ASSERT(not kSplitsInWorkspace or (not kSplitsInCluster and kGemmType == GemmType::Normal and
+                                                kNumMulticast == 1 and kNumKBlocks % kSplits == 0 and
+                                                Config::kLoadRowsA < BLOCK_M and not Config::kFP8Out and
+                                                Config::kHeadSplitLeft + Config::kHeadSplitRight == 0),
+                     "workspace K splits: dense GEMMs of one M block (A boxes of the call's rows), without multicast, "
+                     "the split count dividing the K blocks, with a BF16 D");
     // Grouped with B multicast: the pair's two M blocks may belong to two experts, or (masked) two N blocks (each
     // CTA then loads its own B), or one may be padding (contiguous) or a phantom (masked, TileScheduler). Both CTAs
     // must walk the same stages (a multicast lands in the peer's stage and barrier of the same index), so padding
@@ -372,9 +389,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
     }
     shell.setup(&tensor_map_a, &tensor_map_b, &tensor_map_sa, &tensor_map_d);
     using Scheduler = typename Shell::template Scheduler<kGemmType, SHAPE_N, Config::kPsumAlignment,
-                                                         Config::kOneMBlock, kClusterSplits>;
-    // Cluster K splits: this CTA's first K block (split = cluster rank = blockIdx.x % kClusterSplits, 1-D cluster).
-    const uint32_t k_base = kSplitsInCluster ? blockIdx.x % kClusterSplits * kSplitKBlocks : 0u;
+                                                         Config::kOneMBlock, kSplits>;
+    // K splits: this CTA's first K block (split = blockIdx.x % kSplits; the cluster rank of a 1-D cluster).
+    constexpr bool kSplitK = kSplits > 1;
+    const uint32_t k_base = kSplitK ? blockIdx.x % kSplits * kSplitKBlocks : 0u;
     auto make_scheduler = [&] { return Scheduler(shape_m, grouped_layout, num_groups); };
 
     if (Shell::is_producer()) {
@@ -386,7 +404,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             ops.n_idx = static_cast<int32_t>(tile.group * SHAPE_N + tile.n_block * BLOCK_N);
             // NOTES: a compile-time trip count with a run-time first block made the producer's loop unroll fully
             // and precompute every stage's coordinates, past its 40 registers (ptxas spilled 0.5 KB at 14 blocks).
-            ops.num_k_blocks = kSplitsInCluster ? opaque_u32(kSplitKBlocks) : kSplitKBlocks;
+            ops.num_k_blocks = kSplitK ? opaque_u32(kSplitKBlocks) : kSplitKBlocks;
             ops.first_k_block = k_base;
             // Masked SA stacks the experts' [ceil(k/128), m_max'] blocks along K.
             // psum: as contiguous.
@@ -405,6 +423,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
         const FP8GemmOutput<Config, Shell> output{&tensor_map_d, grouped_layout, shape_m, d, d_row_stride, d_sf,
                                                   d_sf_stride};
         SplitEpilogue split_epilogue(shell.smem_d, threadIdx.x);  // used with cluster K splits only
+        const WorkspaceEpilogue workspace_epilogue(workspace);     // used with workspace K splits only
         typename Conditional<Config::kSwiGLU, SwiGLU, NoClusterExchange>::Type swiglu(shell.smem_d, threadIdx.x);
         float partial[KLoop::kNumPartials][kNumAccum];
         float final_accum[kNumSubTiles][kNumAccum];
@@ -425,7 +444,7 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
             // inside the K loop (an R2UR per chunk at 64x56).
             const uint32_t n_start = tile.n_block * BLOCK_N;
             promotion.begin_tile(sb_buf);
-            if constexpr (kSplitsInCluster)
+            if constexpr (kSplitK)
                 promotion.begin_split(k_base);
             Tile next_tile;
             const bool has_next = scheduler.next(next_tile);
@@ -456,6 +475,10 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                 split_epilogue.reduce_to_d(&final_accum[0][0], wg, tile.row_base, n_start, shape_m, SHAPE_N, d,
                                            d_row_stride);
                 wg.sync();
+            } else if constexpr (kSplitsInWorkspace) {
+                workspace_epilogue.reduce_to_d(&final_accum[0][0], wg, tile.n_block, tile.row_base, n_start, shape_m,
+                                               SHAPE_N, d, d_row_stride);
+                wg.sync();  // (publishes the next tile's RHS scales, as above)
             } else if constexpr (Config::kSwiGLU) {
                 output.store_swiglu(tile, n_start, wg, shell.smem_d, final_accum, row_expert, swiglu);
             } else {
