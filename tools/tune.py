@@ -523,7 +523,7 @@ def einsum_configs(values: dict, sms: int, splits: int):
         cfgs = []
         for bm in bms or [64, 128, 256]:
             for bn in bns or [bn for bn in BLOCK_NS if bn % 32 == 0]:  # every other width: half the grid
-                for cluster_splits in (1, 2, 4, 8) if fp32 else (1,):
+                for cluster_splits in (1, 2, 4, 8, 16) if fp32 else (1,):
                     try:
                         cfgs.append(make_config(bm, bn, 1, True, 0, cluster_splits))
                     except ValueError:

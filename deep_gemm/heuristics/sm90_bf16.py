@@ -252,21 +252,25 @@ def get_bf16_config(m: int, n: int, num_sms: int, mn_major_b: bool, out_bytes: i
 # The sum over batches in one launch (einsum bmk,bnk->mn): clusters of CLUSTER_SUM_SPLITS CTAs cut the walk over
 # (batch, K block) and add up in order, where the walk is short enough that the separate partial-sum pass costs more
 # than the lost parallelism. NOTES: H100, s = 129 (k = 128, 256, 384): 20.9 -> 15.5, 31.8 -> 27.2, 40.1 -> 34.2 us
-# at 128x64 ks8 against K splits + sum; s = 4096, 128x384x128: 195 -> 210 us (a loss).
-CLUSTER_SUM_SPLITS = 8
+# at 128x64 ks8 against K splits + sum; s = 4096, 128x384x128: 195 -> 210 us (a loss). The largest size whose
+# clusters all run at once (max_clusters) is taken; 16 is sm_90's non-portable cluster size.
+CLUSTER_SUM_SPLITS = (16, 8)
 CLUSTER_SUM_MAX_K_BLOCKS = 2048
 
 
 def sums_in_clusters(m: int, n: int, batches: int, k: int, num_sms: int) -> bool:
     """Whether an [m, n] FP32 sum over `batches` products of K = k runs in one launch over clusters
     (get_bf16_cluster_sum_config) rather than as K splits into partial sums plus a sum."""
-    return 0 < batches * ceil_div(k, BLOCK_K) <= CLUSTER_SUM_MAX_K_BLOCKS and num_sms >= CLUSTER_SUM_SPLITS and \
+    return 0 < batches * ceil_div(k, BLOCK_K) <= CLUSTER_SUM_MAX_K_BLOCKS and num_sms >= min(CLUSTER_SUM_SPLITS) and \
         min(m, n) > 0 and n % 4 == 0
 
 
 def get_bf16_cluster_sum_config(m: int, n: int, num_sms: int) -> GemmConfig:
     """The sum over batches in clusters: 64-wide N tiles (more clusters streaming), 128 rows unless m fits 64."""
-    return build_bf16_config(m, n, 64 if m <= 64 else 128, 64, num_sms, 4, cluster_k_splits=CLUSTER_SUM_SPLITS)
+    block_m = 64 if m <= 64 else 128
+    tiles = ceil_div(m, block_m) * ceil_div(n, 64)
+    splits = next((s for s in CLUSTER_SUM_SPLITS if tiles <= max_clusters(num_sms, s)), min(CLUSTER_SUM_SPLITS))
+    return build_bf16_config(m, n, block_m, 64, num_sms, 4, cluster_k_splits=splits)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -58,6 +58,10 @@ class LoadedKernel:
                 f = check(cu.cuKernelGetFunction(self.kernel))
                 check(cu.cuFuncSetAttribute(
                     f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem_size))
+                # Clusters of up to 16 CTAs (sm_90's non-portable size; the einsum's sums over batches): a launch of
+                # at most 8 is unaffected.
+                check(cu.cuFuncSetAttribute(
+                    f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
                 self._functions[device_index] = f
         return f
 

@@ -13,9 +13,10 @@ IN_CLUSTERS = KernelKind(False, False, True, True, KernelType.NORMAL, batch_spli
 
 
 def test_sum_in_clusters_config():
-    # Unforced: the heuristic's 64-wide tiles in clusters of CLUSTER_SUM_SPLITS; a forced config must split K.
+    # Unforced: the heuristic's 64-wide tiles in clusters of the largest CLUSTER_SUM_SPLITS that all fit (6 tiles in
+    # clusters of 16); a forced config must split K.
     picked = kernel_choice(128, 384, 132, IN_CLUSTERS)
-    assert (picked.block_m, picked.block_n, picked.cluster_k_splits) == (128, 64, CLUSTER_SUM_SPLITS)
+    assert (picked.block_m, picked.block_n, picked.cluster_k_splits) == (128, 64, 16)
     with forced_config(build_bf16_config(128, 384, 128, 128, 132, 4)):
         with pytest.raises(ValueError, match="cluster_k_splits > 1"):
             kernel_choice(128, 384, 132, IN_CLUSTERS)
@@ -46,4 +47,4 @@ def test_short_walks_sum_in_clusters():
     assert sums_in_clusters(64, 64, CLUSTER_SUM_MAX_K_BLOCKS, 64, 132)
     assert not sums_in_clusters(64, 64, CLUSTER_SUM_MAX_K_BLOCKS + 1, 64, 132)
     assert not sums_in_clusters(64, 66, 1, 64, 132)  # an FP32 row of 66 is not whole 16-byte chunks
-    assert not sums_in_clusters(64, 64, 1, 64, CLUSTER_SUM_SPLITS - 1)  # too few SMs for one cluster
+    assert not sums_in_clusters(64, 64, 1, 64, min(CLUSTER_SUM_SPLITS) - 1)  # too few SMs for one cluster

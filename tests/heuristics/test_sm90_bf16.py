@@ -2,7 +2,7 @@
 and the kernel's static requirements, and the picks follow the measured rules (benchmarks/NOTES.md, "BF16 GEMMs")."""
 import pytest
 
-from deep_gemm.heuristics.common import KernelType
+from deep_gemm.heuristics.common import KernelType, ceil_div
 from deep_gemm.heuristics.sm90 import SMEM_BUDGET
 from deep_gemm.heuristics.sm90_bf16 import (COMPUTE_BLOCK_NS, MAX_CLUSTER_K_SPLITS, bf16_smem_size, build_bf16_config,
                                             get_bf16_config, legal_block, max_clusters)
@@ -83,11 +83,23 @@ def test_decode_picks_follow_the_measured_sweep():
 
 
 def test_cluster_size_limits():
-    assert [max_clusters(132, s) for s in (1, 2, 3, 4, 6, 8)] == [132, 66, 40, 32, 16, 16]
+    assert [max_clusters(132, s) for s in (1, 2, 3, 4, 6, 8, 16)] == [132, 66, 40, 32, 16, 16, 8]
     with pytest.raises(ValueError, match="cluster K splits"):
         build_bf16_config(64, 256, 64, 64, 132, 2, groups=4, cluster_k_splits=2)
-    with pytest.raises(ValueError, match="cluster_k_splits must be 1-8"):
-        build_bf16_config(1, 256, 64, 64, 132, 2, cluster_k_splits=9)
+    with pytest.raises(ValueError, match="cluster_k_splits must be 1-16"):
+        build_bf16_config(1, 256, 64, 64, 132, 2, cluster_k_splits=17)
+
+
+def test_sum_over_batches_takes_the_largest_cluster_that_all_fit():
+    """einsum bmk,bnk->mn in clusters: 16 CTAs (non-portable) while every tile's cluster runs at once (GPCs of 16
+    SMs: 8 on 132 SMs), else 8."""
+    from deep_gemm.heuristics.sm90_bf16 import get_bf16_cluster_sum_config
+    for m, n in ((128, 384), (256, 256), (384, 128)):  # test_einsum's shapes: 6, 8 and 6 tiles of 128 x 64
+        config = get_bf16_cluster_sum_config(m, n, 132)
+        assert config.cluster_k_splits == 16 and config.num_sms == ceil_div(m, 128) * ceil_div(n, 64) * 16
+    assert get_bf16_cluster_sum_config(1024, 1024, 132).cluster_k_splits == 8
+    assert get_bf16_cluster_sum_config(128, 384, 120).cluster_k_splits == 16  # 7 clusters of 16 fit: 6 tiles do,
+    assert get_bf16_cluster_sum_config(256, 256, 120).cluster_k_splits == 8   # 8 do not
 
 
 def test_dense_multicast_only_with_a_full_wave_of_paired_blocks():

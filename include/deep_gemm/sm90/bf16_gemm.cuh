@@ -112,7 +112,9 @@ __device__ __forceinline__ void bf16_gemm(const TmaDescriptor& tensor_map_a, con
                                                    not Config::kMNMajorA and not Config::kMNMajorB),
                      "K splits of a sum over batches: batched (FP32 partial sums) or one cluster per tile (dense), "
                      "K-major, FP32 d");
-    DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
+    DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 16, "cluster K splits: 1 (none) to 16 CTAs");
+    DG_STATIC_ASSERT(kClusterSplits <= 8 or kClusterBatchSum,
+                     "clusters of more than 8 CTAs (non-portable) only for the sum over batches");
     DG_STATIC_ASSERT(Config::kLoadRowsA % 8 == 0 and Config::kLoadRowsA <= BLOCK_M and
                          (Config::kLoadRowsA == BLOCK_M or
                           (kGemmType == GemmType::Normal and not Config::kMNMajorA and Config::kNumMulticast == 1)),

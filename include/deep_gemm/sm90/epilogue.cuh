@@ -472,7 +472,7 @@ struct ClusterEpilogue<Epilogue, decltype(void(Epilogue::kClusterCtas))> {
 // Shared memory (the shell's D region): [kNumPairs][kNumMathThreads] float2 partial sums, then the two barriers.
 template <uint32_t kSplits, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumMathThreads, bool kFP32, bool kAdd>
 struct ClusterSplitEpilogue {
-    DG_STATIC_ASSERT(kSplits >= 2 and kSplits <= 8, "a portable cluster holds 2 to 8 K splits");
+    DG_STATIC_ASSERT(kSplits >= 2 and kSplits <= 16, "a cluster holds 2 to 16 K splits (above 8: non-portable)");
     static constexpr uint32_t kClusterCtas = kSplits;  // the shell launches, sets up and tears down a cluster
     static constexpr uint32_t kNumValues = BLOCK_M * BLOCK_N / kNumMathThreads;  // accumulators per thread
     static constexpr uint32_t kNumPairs = kNumValues / 2;
