@@ -53,6 +53,7 @@ def kernel_source(n: int, k: int, config: GemmConfig, kind: KernelType = KernelT
                  kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes,
                  kSmemSize=config.smem_size, kPsumAlignment=psum_alignment,
                  kGatherScales=kind == KernelType.BATCHED, kLoadRowsA=config.a_box_rows or config.block_m,
+                 kSmemRowsA=config.a_box_rows or config.block_m,
                  kOneMBlock=config.a_box_rows > 0 and kind == KernelType.BATCHED,
                  kClusterSplitsK=config.cluster_k_splits, kHeadSplitLeft=left, kHeadSplitMid=mid,
                  kHeadSplitRight=right, kFP8Out=bool(fp8_out), kSwiGLU=isinstance(fp8_out, SwiGLU),

@@ -46,16 +46,17 @@ def swizzle_d_bytes(block_n: int) -> int:
 
 
 def sm90_smem_size(k: int, block_m: int, block_n: int, num_stages: int, gather_scales: bool = False,
-                   cluster_k_splits: int = 1, paired_scales: bool = False) -> int:
+                   cluster_k_splits: int = 1, paired_scales: bool = False, a_box_rows: int = 0) -> int:
     """Mirror of `fp8_gemm_smem_size` in include/deep_gemm/sm90/fp8_gemm_1d2d.cuh (the kernel asserts equality);
     `gather_scales`: the kernel's kGatherScales (the batched GEMM); `cluster_k_splits` > 1: the D region holds the
-    FP32 partial tile and two barriers; `paired_scales`: the SwiGLU GEMM, two RHS scale blocks per tile."""
+    FP32 partial tile and two barriers; `paired_scales`: the SwiGLU GEMM, two RHS scale blocks per tile;
+    `a_box_rows` (GemmConfig's): a stage's A slot holds that many rows, not block_m."""
     num_k_blocks = ceil_div(k, BLOCK_K)
     d = align(block_m * block_n * 4 + 16, 1024) if cluster_k_splits > 1 else align(block_m * block_n * 2, 1024)
     if paired_scales:  # SwiGLUFP8Epilogue: [block_m][64 B] e4m3, a float2 per quad and sub-tile, 2 barriers per WG
         wgs = num_math_threads(block_m) // 128
         d = align(block_m * 64 + block_m // (64 * wgs) * (wgs * 32) * 8 + 2 * wgs * 8, 1024)
-    stage = block_m * BLOCK_K + block_n * BLOCK_K + block_m * 4
+    stage = (a_box_rows or block_m) * BLOCK_K + block_n * BLOCK_K + block_m * 4
     # RHS scales: per tile [math warpgroups][2 buffers][1 or 2 scale blocks][k blocks] fp32, or per stage [2] fp32
     sb = align(num_stages * 2 * 4, 8) if gather_scales else \
         align(num_math_threads(block_m) // 128 * 2 * num_k_blocks *
@@ -153,6 +154,10 @@ def _block_ms(m: int, kind: KernelType) -> Tuple[int, ...]:
 # 16.8, 32x7168x2048 10.9 vs 9.4, 16x24576x1536 25.0 vs 20.2 (benchmarks/NOTES.md): below 32 columns the per-K-block
 # work of a tile, not the number of CTAs streaming, sets the time (66 CTAs still stream 2112x7168 faster than 132).
 DECODE_MIN_BLOCK_N = 32
+# Dense calls with m-row A boxes (a_rows_per_stage): A slots of those rows leave room for deeper pipelines, which a
+# decode call's few CTAs need to keep enough weight bytes in flight. NOTES: H100, 1x2112x7168 at 64x32: 8 stages
+# 12.1 us, 11 11.8, 16 11.4 (benchmarks/NOTES.md "Dense decode").
+DECODE_MAX_STAGES = 32
 # Dense decode with few weight columns: a CTA's time is a chain of ~DECODE_CHAIN_US per K block (wait, WGMMAs,
 # promote), whatever its tile's width, so at m = 1, k = 7168 every n from 256 to 1536 took 10.0-10.4 us (H100,
 # benchmarks/NOTES.md "Dense decode"). Cutting K over a cluster of S CTAs (ClusterSplitEpilogue) shortens the chain
@@ -365,7 +370,8 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
         raise ValueError(f"cluster K splits ({splits}) are for dense GEMMs without multicast whose "
                          f"{ceil_div(k, BLOCK_K)} K blocks they divide")
     stages = next((s for s in range(max_stages, 0, -1)
-                   if sm90_smem_size(k, block_m, block_n, s, gather_scales, splits, paired_scales) <= SMEM_BUDGET), 0)
+                   if sm90_smem_size(k, block_m, block_n, s, gather_scales, splits, paired_scales, a_box_rows)
+                   <= SMEM_BUDGET), 0)
     if stages == 0:
         raise ValueError(f"k={k} is too large: the RHS scales of one N block do not fit in shared memory")
     m_blocks = ceil_div(m, block_m)
@@ -385,7 +391,8 @@ def build_sm90_config(m: int, n: int, k: int, block_m: int, block_n: int, num_sm
     return GemmConfig(block_m=block_m, block_n=block_n, block_k=BLOCK_K, num_stages=stages,
                       num_multicast=num_multicast, multicast_on_a=multicast_on_a,
                       swizzle_d_bytes=swizzle_d_bytes(block_n), num_sms=grid,
-                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales, splits, paired_scales),
+                      smem_size=sm90_smem_size(k, block_m, block_n, stages, gather_scales, splits, paired_scales,
+                                               a_box_rows),
                       num_threads=num_math_threads(block_m) + 128, a_box_rows=a_box_rows, cluster_k_splits=splits)
 
 
@@ -415,8 +422,10 @@ def _heuristic(m: int, n: int, k: int, sms: int, kind: KernelType = KernelType.N
         # Few weight columns: K cut over a cluster (decode_split; not with head splits or an FP8 d, whose epilogues
         # the split's does not replace).
         split_bn, splits = decode_split(m, n, k, sms) if n_segment == 0 and not fp8_out and bm == 64 else (0, 1)
+        a_rows = a_rows_per_stage(m, bm)
         return build_sm90_config(m, n, k, bm, split_bn if splits > 1 else bn, sms,
-                                 a_box_rows=a_rows_per_stage(m, bm), cluster_k_splits=splits)
+                                 max_stages=DECODE_MAX_STAGES if a_rows else MAX_STAGES, a_box_rows=a_rows,
+                                 cluster_k_splits=splits)
     if kind != KernelType.BATCHED:
         return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, full_grid=masked)
     return build_sm90_config(m, n, k, bm, bn, sms, num_multicast, on_a, num_groups=groups,

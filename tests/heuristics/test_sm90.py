@@ -5,8 +5,8 @@ import pytest
 
 from deep_gemm.heuristics import GemmConfig, GemmProblem, KernelType, get_config, get_sm90_config, sm90_smem_size
 from deep_gemm.heuristics.common import a_rows_per_stage, ceil_div
-from deep_gemm.heuristics.sm90 import (MAX_STAGES, SMEM_BUDGET, VARIANT_M_CAP, build_sm90_config, kernel_key,
-                                       sm90_kernel_variants)
+from deep_gemm.heuristics.sm90 import (DECODE_MAX_STAGES, MAX_STAGES, SMEM_BUDGET, VARIANT_M_CAP, build_sm90_config,
+                                       kernel_key, sm90_kernel_variants)
 
 NUM_SMS = 132
 DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048), (7168, 576)]
@@ -48,10 +48,13 @@ def check_invariants(p: GemmProblem, c: GemmConfig) -> None:
     # Shared memory: fits, matches the header's formula, and the pipeline is as deep as fits.
     assert c.smem_size <= SMEM_BUDGET
     splits = c.cluster_k_splits
-    assert c.smem_size == sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages, cluster_k_splits=splits)
-    assert 1 <= c.num_stages <= MAX_STAGES
-    assert c.num_stages == MAX_STAGES or \
-        sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages + 1, cluster_k_splits=splits) > SMEM_BUDGET
+    assert c.smem_size == sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages, cluster_k_splits=splits,
+                                         a_box_rows=c.a_box_rows)
+    # Dense calls with m-row A boxes (A slots of those rows) may run deeper pipelines.
+    cap = DECODE_MAX_STAGES if c.a_box_rows and p.kernel_type == KernelType.NORMAL else MAX_STAGES
+    assert 1 <= c.num_stages <= cap
+    assert c.num_stages == cap or sm90_smem_size(p.k, c.block_m, c.block_n, c.num_stages + 1, cluster_k_splits=splits,
+                                                 a_box_rows=c.a_box_rows) > SMEM_BUDGET
     # Cluster K splits (decode_split): dense decode only, dividing the K blocks, every cluster at once.
     if splits > 1:
         assert p.kernel_type == KernelType.NORMAL and p.m <= 32 and c.num_multicast == 1
@@ -328,7 +331,8 @@ def _batched(b, m, n, k, sms=132):
                                      (8, 4096, 4096, 4096), (4, 2048, 7168, 2048), (3, 17, 1000, 576)])
 def test_batched_config_is_consistent(b, m, n, k):
     c = _batched(b, m, n, k)
-    assert c.smem_size == sm90_smem_size(k, c.block_m, c.block_n, c.num_stages, gather_scales=True) <= SMEM_BUDGET
+    assert c.smem_size == sm90_smem_size(k, c.block_m, c.block_n, c.num_stages, gather_scales=True,
+                                         a_box_rows=c.a_box_rows) <= SMEM_BUDGET
     tiles = b * -(-m // c.block_m) * -(-n // c.block_n)
     assert c.num_sms <= min(132, tiles + c.num_multicast - 1), "the grid never exceeds the batches' tiles"
     assert c.a_box_rows == (0 if m > c.block_m else -(-m // 8) * 8)

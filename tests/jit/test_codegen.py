@@ -101,7 +101,8 @@ def test_sm90_kernel_source_names():
         kGemmType=CppName("deep_gemm::GemmType::Normal"), SHAPE_N=2112, SHAPE_K=7168, BLOCK_M=config.block_m,
         BLOCK_N=config.block_n, kNumStages=config.num_stages, kNumMulticast=config.num_multicast,
         kMulticastOnA=config.multicast_on_a, kSwizzleDBytes=config.swizzle_d_bytes, kSmemSize=config.smem_size,
-        kPsumAlignment=0, kGatherScales=False, kLoadRowsA=config.block_m, kOneMBlock=False, kClusterSplitsK=1,
+        kPsumAlignment=0, kGatherScales=False, kLoadRowsA=config.block_m, kSmemRowsA=config.block_m, kOneMBlock=False,
+        kClusterSplitsK=1,
         kHeadSplitLeft=0, kHeadSplitMid=0, kHeadSplitRight=0, kFP8Out=False, kSwiGLU=False,
         kActivationClampBits=0)
     assert "&deep_gemm::sm90::fp8_gemm_1d2d_impl<Config>" in source.code()

@@ -29,14 +29,15 @@ namespace deep_gemm::sm90 {
 // as kSmemSize, and the kernel static-asserts that the two agree.
 // With cluster K splits the D region holds the FP32 partial tile and its two barriers instead; the SwiGLU GEMM's
 // (kPairedScales) holds SwiGLUFP8Epilogue's e4m3 tile, amaxes and barriers.
+// A stage holds kSmemRowsA rows of A (KernelShell's SmemRowsA).
 template <uint32_t SHAPE_K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, bool kGatherScales,
-          uint32_t kClusterSplits = 1, bool kPairedScales = false>
+          uint32_t kClusterSplits = 1, bool kPairedScales = false, uint32_t kSmemRowsA = BLOCK_M>
 constexpr uint32_t fp8_gemm_smem_size() {
     constexpr uint32_t d =
         kPairedScales ? SwiGLUFP8Epilogue<BLOCK_M, num_math_threads<BLOCK_M>()>::template smem_d_bytes<0>()
                       : align_up<uint32_t>(BLOCK_M * BLOCK_N * (kClusterSplits > 1 ? 4 : 2) +
                                                (kClusterSplits > 1 ? 16 : 0), 1024);
-    constexpr uint32_t stage = BLOCK_M * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
+    constexpr uint32_t stage = kSmemRowsA * kBlockK + BLOCK_N * kBlockK + BLOCK_M * 4;
     return d + kNumStages * stage +
            fp8_gemm_smem_sb_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales, kPairedScales>() +
            kNumStages * 2 * 8;
@@ -327,10 +328,11 @@ fp8_gemm_1d2d_impl(const __grid_constant__ TmaDescriptor tensor_map_a,   // A  [
                       (kGemmType == GemmType::Normal and kNumMulticast == 1)),
                      "A rows per stage: a multiple of 8 up to BLOCK_M; fewer only for batched or unshared dense "
                      "GEMMs with m < it");
+    DG_STATIC_ASSERT(Config::kSmemRowsA == Config::kLoadRowsA, "a stage's A slot holds exactly the rows it loads");
     DG_STATIC_ASSERT((kGemmType == GemmType::MGroupedPsum) == (Config::kPsumAlignment > 0),
                      "kPsumAlignment is set exactly for the psum layout");
     DG_STATIC_ASSERT(Config::kSmemSize == (fp8_gemm_smem_size<SHAPE_K, BLOCK_M, BLOCK_N, kNumStages, kGatherScales,
-                                                              kClusterSplits, Config::kSwiGLU>()),
+                                                              kClusterSplits, Config::kSwiGLU, Config::kSmemRowsA>()),
                      "host and device disagree on the shared-memory size");
     DG_STATIC_ASSERT(kClusterSplits >= 1 and kClusterSplits <= 8, "cluster K splits: 1 (none) to 8 CTAs");
     DG_STATIC_ASSERT(not Shell::kMulticastA or ceil_div(SHAPE_N, BLOCK_N) % 2 == 0,
