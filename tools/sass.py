@@ -88,7 +88,6 @@ def disassemble(cubin: bytes, cuobjdump: Optional[str] = None) -> Dict[str, List
     return parse_sass(sass_text(cubin, cuobjdump))
 
 
-
 def pick_function(functions: Dict[str, List[Instruction]], name_contains: str = "") -> List[Instruction]:
     names = [n for n in functions if name_contains in n]
     if len(names) != 1:

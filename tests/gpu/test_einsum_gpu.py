@@ -73,8 +73,9 @@ def test_k_split_partials_cover_every_element():
         call(_EINSUM, a, b, torch.empty((splits, m, n + 4), device="cuda")[..., :n], 1)
 
 
-# The sum over batches in one launch whose clusters cut the (batch, K block) walk (forced: the heuristic does not pick
-# it yet): FP32 d written or accumulated, ragged m / n / k, more splits than K blocks (s = 1, k = 64), bitwise reruns.
+# The sum over batches in one launch whose clusters cut the (batch, K block) walk (forced here; the heuristic's own
+# picks run in test_bmk_bnk_mn at s = 129): FP32 d written or accumulated, ragged m / n / k, more splits than K blocks
+# (s = 1, k = 64), bitwise reruns.
 @pytest.mark.parametrize("s,mnk", [(129, (128, 384, 128)), (129, (256, 256, 256)), (3, (200, 72, 136)),
                                    (1, (64, 64, 64)), (129, (384, 128, 384))], ids=lambda v: str(v))
 @pytest.mark.parametrize("splits", [2, 8])

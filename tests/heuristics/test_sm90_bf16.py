@@ -149,7 +149,6 @@ def test_memory_bound_tiles_read_no_rows_past_n():
     assert (heads.block_m, heads.block_n) == (128, 128)
 
 
-
 def test_batched_heads_past_128_rows_take_whole_128_or_256_wide_tiles():
     """DeepGEMM's bhd,hdr->bhr at h = 8 (4096 x 4096 x 1024 per head, B MN-major): 128 x 256, measured 1.26x faster
     than the cycle model's 128 x 192 (H100); no 144 or 192 wide tile for any batched call past 128 rows."""
